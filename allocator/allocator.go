@@ -1,0 +1,201 @@
+// Package allocator is the domain of ticketd: blocks of unique 64-bit IDs leased from ticket servers.
+// It holds the types every backend, the HTTP service and the client share, and does no I/O.
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with %w; callers test with errors.Is.
+var (
+	// ErrInvalidNamespace means a namespace name does not match NamePattern.
+	ErrInvalidNamespace = errors.New("allocator: invalid namespace name")
+	// ErrInvalidSize means a lease size is below 1 or above the namespace's maximum.
+	ErrInvalidSize = errors.New("allocator: invalid block size")
+	// ErrInvalidSettings means namespace settings are out of range (sizes, TTL, start).
+	ErrInvalidSettings = errors.New("allocator: invalid namespace settings")
+	// ErrNotFound means the namespace does not exist.
+	ErrNotFound = errors.New("allocator: namespace not found")
+	// ErrExists means a namespace with that name already exists.
+	ErrExists = errors.New("allocator: namespace already exists")
+	// ErrUnavailable means no ticket server could serve the request.
+	ErrUnavailable = errors.New("allocator: no ticket server available")
+	// ErrExhausted means the lease would take a counter past math.MaxInt64. Counters never wrap.
+	ErrExhausted = errors.New("allocator: ID space exhausted")
+	// ErrOutOfRange means an index or ID lies outside a block.
+	ErrOutOfRange = errors.New("allocator: index out of block range")
+	// ErrMisconfigured means a ticket server's settings could issue duplicate IDs; it is refused.
+	ErrMisconfigured = errors.New("allocator: ticket server misconfigured")
+	// ErrClosed means the backend has been closed.
+	ErrClosed = errors.New("allocator: backend closed")
+)
+
+// Limits and defaults shared by every backend.
+const (
+	// DefaultBlockSize is the lease size when a namespace does not set one.
+	DefaultBlockSize = 1000
+	// DefaultMaxBlockSize is the largest lease a namespace allows when it does not set one.
+	DefaultMaxBlockSize = 1_000_000
+	// MaxBlockSizeLimit bounds any namespace's MaxBlockSize.
+	MaxBlockSizeLimit = 1 << 32
+	// MaxNameLength is the longest namespace name.
+	MaxNameLength = 64
+	// MaxLeaseTTL bounds a namespace's lease TTL.
+	MaxLeaseTTL = 365 * 24 * time.Hour
+)
+
+// NamePattern is what a namespace name must match.
+var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// ValidateName returns ErrInvalidNamespace (wrapped, with the reason) unless name matches NamePattern.
+// Backends call it before building any query.
+func ValidateName(name string) error {
+	if len(name) > MaxNameLength || !NamePattern.MatchString(name) {
+		return fmt.Errorf("%w: %q must match %s (lower-case letters, digits, '_', '.', '-'; 1 to 64 characters)",
+			ErrInvalidNamespace, truncate(name, 80), NamePattern.String())
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Namespace is an independent ID sequence and its settings.
+// The zero value of each setting means its default.
+type Namespace struct {
+	// Name matches NamePattern.
+	Name string
+	// BlockSize is the lease size when a caller does not ask for one. Default DefaultBlockSize.
+	BlockSize int64
+	// MaxBlockSize is the largest lease. Default DefaultMaxBlockSize; at most MaxBlockSizeLimit.
+	MaxBlockSize int64
+	// LeaseTTL is how long a leased block may be used. Zero means blocks never expire.
+	LeaseTTL time.Duration
+	// Start is the lowest ID the namespace issues (at create), or the value every counter is advanced to
+	// (at update; counters never move back). Zero means 1 at create and "leave counters alone" at update.
+	Start int64
+	// Servers is each ticket server's view of the namespace; filled by Backend.Namespace.
+	Servers []ServerState
+}
+
+// ServerState is one ticket server's counter for a namespace.
+type ServerState struct {
+	Server  string `json:"server"`
+	Next    int64  `json:"next,string"` // the next ID this server will issue
+	Step    int64  `json:"step"`
+	Offset  int64  `json:"offset"`
+	Healthy bool   `json:"healthy"`
+	Error   string `json:"error,omitempty"`
+}
+
+// WithDefaults returns n with zero settings replaced by their defaults.
+func (n Namespace) WithDefaults() Namespace {
+	if n.BlockSize == 0 {
+		n.BlockSize = DefaultBlockSize
+	}
+	if n.MaxBlockSize == 0 {
+		n.MaxBlockSize = max(DefaultMaxBlockSize, n.BlockSize)
+	}
+	if n.Start == 0 {
+		n.Start = 1
+	}
+	return n
+}
+
+// Validate checks the name and settings of n (after WithDefaults).
+func (n Namespace) Validate() error {
+	if err := ValidateName(n.Name); err != nil {
+		return err
+	}
+	switch {
+	case n.MaxBlockSize < 1 || n.MaxBlockSize > MaxBlockSizeLimit:
+		return fmt.Errorf("%w: max_block_size %d must be between 1 and %d", ErrInvalidSettings, n.MaxBlockSize, int64(MaxBlockSizeLimit))
+	case n.BlockSize < 1 || n.BlockSize > n.MaxBlockSize:
+		return fmt.Errorf("%w: block_size %d must be between 1 and max_block_size %d", ErrInvalidSettings, n.BlockSize, n.MaxBlockSize)
+	case n.LeaseTTL < 0 || n.LeaseTTL > MaxLeaseTTL:
+		return fmt.Errorf("%w: lease_ttl %s must be between 0 (never expires) and %s", ErrInvalidSettings, n.LeaseTTL, MaxLeaseTTL)
+	case n.LeaseTTL > 0 && n.LeaseTTL < time.Second:
+		return fmt.Errorf("%w: lease_ttl %s is shorter than 1s; use 0 for blocks that never expire", ErrInvalidSettings, n.LeaseTTL)
+	case n.Start < 0:
+		return fmt.Errorf("%w: start %d must be 1 or more", ErrInvalidSettings, n.Start)
+	}
+	return nil
+}
+
+// ValidateSize returns ErrInvalidSize unless 1 ≤ size ≤ maxSize.
+func ValidateSize(size, maxSize int64) error {
+	if size < 1 || size > maxSize {
+		return fmt.Errorf("%w: %d must be between 1 and %d", ErrInvalidSize, size, maxSize)
+	}
+	return nil
+}
+
+// ExpiryFor is when a block leased at now expires under ttl; zero when ttl is zero.
+func ExpiryFor(now time.Time, ttl time.Duration) time.Time {
+	if ttl <= 0 {
+		return time.Time{}
+	}
+	return now.Add(ttl)
+}
+
+// Backend leases blocks of IDs. Every implementation is safe for concurrent use and never returns two
+// blocks that share an ID, across processes and restarts.
+type Backend interface {
+	// Lease takes a new block of size IDs from the namespace. size must be between 1 and the namespace's
+	// MaxBlockSize. A lease whose outcome is unknown is never reused: a retry takes a new range.
+	Lease(ctx context.Context, namespace string, size int64) (Block, error)
+	// CreateNamespace creates a namespace; ErrExists when it exists.
+	CreateNamespace(ctx context.Context, ns Namespace) (Namespace, error)
+	// UpdateNamespace changes the settings of an existing namespace; ErrNotFound when it does not exist.
+	UpdateNamespace(ctx context.Context, ns Namespace) (Namespace, error)
+	// Namespace returns a namespace with its settings and each server's counter.
+	Namespace(ctx context.Context, name string) (Namespace, error)
+	// Namespaces lists every namespace, sorted by name.
+	Namespaces(ctx context.Context) ([]Namespace, error)
+	// Close releases resources. It is safe to call more than once.
+	Close() error
+}
+
+// ServerHealth is one ticket server's state as a backend sees it.
+type ServerHealth struct {
+	Name    string `json:"name"`
+	Healthy bool   `json:"healthy"`
+	Step    int64  `json:"step"`
+	Offset  int64  `json:"offset"`
+	// Error says why the server is not usable; empty when it is.
+	Error string `json:"error,omitempty"`
+}
+
+// HealthReporter is implemented by backends that can say which of their ticket servers are usable.
+type HealthReporter interface {
+	Health() []ServerHealth
+}
+
+// Observer receives one call per attempt to lease from a ticket server, for metrics and logs.
+// took is the attempt's duration; err is nil on success. It must be safe for concurrent use and fast.
+type Observer interface {
+	ObserveLease(server string, took time.Duration, err error)
+	// ObserveFailover is called when a lease moves on from a failed server to the next one.
+	ObserveFailover(from string)
+}
+
+// LeaseOrCreate leases from a namespace, first creating it with default settings if it does not exist.
+// It is for the embedded default and local development, where a typo creating a sequence harms no one.
+func LeaseOrCreate(ctx context.Context, b Backend, namespace string, size int64) (Block, error) {
+	blk, err := b.Lease(ctx, namespace, size)
+	if !errors.Is(err, ErrNotFound) {
+		return blk, err
+	}
+	if _, err := b.CreateNamespace(ctx, Namespace{Name: namespace}); err != nil && !errors.Is(err, ErrExists) {
+		return Block{}, err
+	}
+	return b.Lease(ctx, namespace, size)
+}
