@@ -1,0 +1,223 @@
+// Package testenv gives tests the real servers that scripts/test.sh started (a MariaDB ticket pair and
+// a Redis), each test in its own database or key prefix, and starts private servers for tests that kill
+// them. Under CI=true, or when the harness exported TICKETD_TEST_REQUIRE=1, a missing server fails the
+// test; otherwise the test is skipped with a message that says how to run it.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// Required reports whether missing servers must fail tests rather than skip them.
+func Required() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("TICKETD_TEST_REQUIRE") == "1"
+}
+
+func missing(t testing.TB, what string) {
+	t.Helper()
+	msg := what + " is not configured; run the suite with scripts/test.sh, which starts the servers"
+	if Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// ServerDSNs returns the root DSNs (no database) of the harness's MariaDB pair: odd first, even second.
+func ServerDSNs(t testing.TB) []string {
+	t.Helper()
+	a, b := os.Getenv("TICKETD_TEST_MYSQL_A"), os.Getenv("TICKETD_TEST_MYSQL_B")
+	if a == "" || b == "" {
+		missing(t, "TICKETD_TEST_MYSQL_A/B (the MariaDB ticket pair)")
+	}
+	return []string{a, b}
+}
+
+// RedisAddr returns the harness's Redis address.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	r := os.Getenv("TICKETD_TEST_REDIS")
+	if r == "" {
+		missing(t, "TICKETD_TEST_REDIS (the throwaway Redis)")
+	}
+	return r
+}
+
+// UniqueName returns a short random name with the prefix, usable as a database name or key prefix.
+func UniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// FreshDatabases creates one new, empty database with the same name on each server DSN and returns
+// DSNs that use it; the databases are dropped when the test ends.
+func FreshDatabases(t testing.TB, serverDSNs []string) []string {
+	t.Helper()
+	name := UniqueName("t_")
+	out := make([]string, len(serverDSNs))
+	for i, dsn := range serverDSNs {
+		db := mustOpen(t, dsn)
+		if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+			t.Fatalf("create database on %s: %v", dsn, err)
+		}
+		db.Close()
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DBName = name
+		out[i] = cfg.FormatDSN()
+		t.Cleanup(func() {
+			db, err := sql.Open("mysql", dsn)
+			if err != nil {
+				return
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
+		})
+	}
+	return out
+}
+
+// Pair returns DSNs of a fresh database on each server of the harness's pair.
+func Pair(t testing.TB) []string {
+	t.Helper()
+	return FreshDatabases(t, ServerDSNs(t))
+}
+
+func mustOpen(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("open %s: %v", dsn, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("MariaDB at %s does not answer: %v", dsn, err)
+	}
+	return db
+}
+
+// Exec runs statements on a DSN, failing the test on error.
+func Exec(t testing.TB, dsn string, stmts ...string) {
+	t.Helper()
+	db := mustOpen(t, dsn)
+	defer db.Close()
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s on %s: %v", s, dsn, err)
+		}
+	}
+}
+
+func haveMariaDB(t testing.TB) {
+	t.Helper()
+	for _, bin := range []string{"mariadbd", "mariadb-install-db"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing(t, bin)
+		}
+	}
+}
+
+// ShortTempDir returns a fresh temporary directory with a short path (MariaDB sockets need one),
+// removed when the test ends.
+func ShortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tkd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// PrivateMariaDB starts a throwaway MariaDB of the test's own (for tests that stop, kill or
+// misconfigure a server); it is killed when the test ends.
+func PrivateMariaDB(t testing.TB, opts testservers.MariaDBOptions) *testservers.MariaDB {
+	t.Helper()
+	haveMariaDB(t)
+	if opts.Dir == "" {
+		opts.Dir = ShortTempDir(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := testservers.StartMariaDB(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Kill() })
+	return m
+}
+
+// PrivatePair starts two throwaway MariaDB servers (increment 2, offsets 1 and 2) in parallel.
+func PrivatePair(t testing.TB) [2]*testservers.MariaDB {
+	t.Helper()
+	haveMariaDB(t)
+	var out [2]*testservers.MariaDB
+	var errs [2]error
+	var wg sync.WaitGroup
+	root := ShortTempDir(t)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out[i], errs[i] = testservers.StartMariaDB(ctx, testservers.MariaDBOptions{
+				Dir: filepath.Join(root, string(rune('a'+i))), Increment: 2, Offset: i + 1,
+			})
+		}()
+	}
+	wg.Wait()
+	for i := range 2 {
+		if out[i] != nil {
+			m := out[i]
+			t.Cleanup(func() { _ = m.Kill() })
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// PrivateRedis starts a throwaway Redis of the test's own.
+func PrivateRedis(t testing.TB, opts testservers.RedisOptions) *testservers.Redis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		missing(t, "redis-server")
+	}
+	if opts.Dir == "" {
+		opts.Dir = ShortTempDir(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := testservers.StartRedis(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Kill() })
+	return r
+}
+
+// DSNList joins DSNs the way --mysql takes them.
+func DSNList(dsns []string) string { return strings.Join(dsns, ",") }

@@ -1,0 +1,334 @@
+// Package testservers starts throwaway MariaDB and Redis servers on loopback for ticketd's tests and
+// benchmarks: own data directories under a temporary directory, free ports, stopped by pid.
+package testservers
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the driver the readiness check connects with
+)
+
+// MariaDBOptions configures one ticket server.
+type MariaDBOptions struct {
+	// Dir holds the data directory, socket and logs. Keep it short: the socket path must stay under
+	// about 100 characters.
+	Dir string
+	// Port is the loopback TCP port; zero picks a free one.
+	Port int
+	// Increment and Offset are auto_increment_increment and auto_increment_offset. Default 2 and 1.
+	Increment, Offset int
+	// ExtraArgs are appended to the mariadbd command line (for example a different
+	// --innodb-flush-log-at-trx-commit to test that ticketd refuses it).
+	ExtraArgs []string
+}
+
+// MariaDB is a running (or stopped) throwaway server. Not safe for concurrent use.
+type MariaDB struct {
+	opts MariaDBOptions
+	Port int
+	Pid  int
+	cmd  *exec.Cmd
+}
+
+// StartMariaDB initialises a data directory (unless it exists) and starts mariadbd on it.
+func StartMariaDB(ctx context.Context, opts MariaDBOptions) (*MariaDB, error) {
+	if opts.Increment == 0 {
+		opts.Increment = 2
+	}
+	if opts.Offset == 0 {
+		opts.Offset = 1
+	}
+	if opts.Port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		opts.Port = p
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	m := &MariaDB{opts: opts, Port: opts.Port}
+	if _, err := os.Stat(m.DataDir()); errors.Is(err, os.ErrNotExist) {
+		if err := m.install(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return m, m.Start(ctx)
+}
+
+// DataDir is the server's data directory.
+func (m *MariaDB) DataDir() string { return filepath.Join(m.opts.Dir, "data") }
+
+func (m *MariaDB) tmpDir() string { return filepath.Join(m.opts.Dir, "tmp") }
+
+// Socket is the server's unix socket.
+func (m *MariaDB) Socket() string { return filepath.Join(m.opts.Dir, "s.sock") }
+
+// DSN is a go-sql-driver DSN for root over TCP to database db (may be empty).
+func (m *MariaDB) DSN(db string) string {
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s", m.Port, db)
+}
+
+// Args are the mariadbd arguments used to start the server.
+func (m *MariaDB) Args() []string {
+	args := []string{
+		"--no-defaults", // must come first
+		"--datadir=" + m.DataDir(),
+		"--socket=" + m.Socket(),
+		"--pid-file=" + filepath.Join(m.opts.Dir, "mariadbd.pid"),
+		"--log-error=" + filepath.Join(m.opts.Dir, "error.log"),
+		"--tmpdir=" + m.tmpDir(),
+		"--port=" + strconv.Itoa(m.opts.Port),
+		"--bind-address=127.0.0.1",
+		"--skip-name-resolve",
+		"--auto-increment-increment=" + strconv.Itoa(m.opts.Increment),
+		"--auto-increment-offset=" + strconv.Itoa(m.opts.Offset),
+		"--innodb-flush-log-at-trx-commit=1",
+		"--innodb-buffer-pool-size=64M",
+		"--innodb-log-file-size=48M",
+		"--max-connections=1000",
+		"--skip-log-bin",
+	}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	return append(args, m.opts.ExtraArgs...)
+}
+
+func (m *MariaDB) install(ctx context.Context) error {
+	if err := os.MkdirAll(m.tmpDir(), 0o755); err != nil {
+		return err
+	}
+	// Its own tmpdir: concurrent installs sharing /tmp have been seen to remove each other's temporary tables.
+	args := []string{"--no-defaults", "--datadir=" + m.DataDir(), "--tmpdir=" + m.tmpDir(),
+		"--auth-root-authentication-method=normal", "--skip-test-db"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	out, err := exec.CommandContext(ctx, "mariadb-install-db", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mariadb-install-db in %s: %w\n%s", m.DataDir(), err, lastLines(string(out), 60))
+	}
+	return nil
+}
+
+// Start starts mariadbd on the existing data directory and waits until it answers on TCP.
+func (m *MariaDB) Start(ctx context.Context) error {
+	if m.Alive() {
+		return fmt.Errorf("mariadbd on port %d already runs as pid %d", m.Port, m.Pid)
+	}
+	cmd := exec.Command("mariadbd", m.Args()...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a ^C to the test run is not sent to the server
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start mariadbd: %w", err)
+	}
+	m.cmd, m.Pid = cmd, cmd.Process.Pid
+	go func() { _ = cmd.Wait() }() // reap it, so a killed server does not linger as a zombie
+	if err := m.waitReady(ctx, 60*time.Second); err != nil {
+		_ = m.Kill()
+		log, _ := os.ReadFile(filepath.Join(m.opts.Dir, "error.log"))
+		return fmt.Errorf("mariadbd on port %d did not answer: %w\n%s", m.Port, err, lastLines(string(log), 20))
+	}
+	return nil
+}
+
+func (m *MariaDB) waitReady(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		if !m.Alive() {
+			return errors.New("process exited")
+		}
+		db, err := sql.Open("mysql", m.DSN("")+"?timeout=1s")
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			err = db.PingContext(pctx)
+			cancel()
+			db.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("timed out after %s: %v", limit, last)
+}
+
+// Alive reports whether the server process runs (a zombie counts as dead).
+func (m *MariaDB) Alive() bool { return m.Pid != 0 && PidAlive(m.Pid) }
+
+// Kill sends SIGKILL, as a crash would, and waits until the process is gone.
+func (m *MariaDB) Kill() error { return m.signal(syscall.SIGKILL) }
+
+// Stop shuts the server down cleanly (SIGTERM) and waits until the process is gone.
+func (m *MariaDB) Stop() error { return m.signal(syscall.SIGTERM) }
+
+func (m *MariaDB) signal(sig syscall.Signal) error {
+	if !m.Alive() {
+		return nil
+	}
+	if err := syscall.Kill(m.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for m.Alive() {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(m.Pid, syscall.SIGKILL)
+			return fmt.Errorf("mariadbd pid %d did not exit after %v", m.Pid, sig)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// RedisOptions configures a throwaway Redis.
+type RedisOptions struct {
+	Dir  string
+	Port int
+	// Volatile turns the append-only file off (for testing that ticketd refuses such an instance).
+	Volatile bool
+}
+
+// Redis is a running throwaway Redis.
+type Redis struct {
+	opts RedisOptions
+	Port int
+	Pid  int
+}
+
+// StartRedis starts redis-server with AOF and appendfsync always (unless Volatile) and waits for PONG.
+func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
+	if opts.Port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		opts.Port = p
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Redis{opts: opts, Port: opts.Port}
+	return r, r.Start(ctx)
+}
+
+// Addr is host:port.
+func (r *Redis) Addr() string { return fmt.Sprintf("127.0.0.1:%d", r.Port) }
+
+// Start starts redis-server and waits until it answers PING.
+func (r *Redis) Start(ctx context.Context) error {
+	aof := []string{"--appendonly", "yes", "--appendfsync", "always"}
+	if r.opts.Volatile {
+		aof = []string{"--appendonly", "no"}
+	}
+	args := append([]string{"--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1", "--dir", r.opts.Dir,
+		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(r.opts.Dir, "redis.log")}, aof...)
+	cmd := exec.Command("redis-server", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	r.Pid = cmd.Process.Pid
+	go func() { _ = cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := redisPing(r.Addr()); err == nil {
+			return nil
+		} else if time.Now().After(deadline) || !PidAlive(r.Pid) {
+			_ = r.Kill()
+			log, _ := os.ReadFile(filepath.Join(r.opts.Dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s did not answer: %v\n%s", r.Addr(), err, lastLines(string(log), 20))
+		}
+		select {
+		case <-ctx.Done():
+			_ = r.Kill()
+			return ctx.Err()
+		case <-time.After(30 * time.Millisecond):
+		}
+	}
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (r *Redis) Kill() error {
+	if r.Pid == 0 || !PidAlive(r.Pid) {
+		return nil
+	}
+	_ = syscall.Kill(r.Pid, syscall.SIGKILL)
+	for PidAlive(r.Pid) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func redisPing(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// PidAlive reports whether pid names a running process. It reads /proc/PID/stat because a killed
+// process can linger as a zombie that kill(pid, 0) still reports.
+func PidAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses, which may itself hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	state := s[i+2]
+	return state != 'Z' && state != 'X'
+}
+
+// FreePort asks the kernel for a free loopback port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

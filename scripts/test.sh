@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite on real servers: formatting, vet, and every test with the race detector, against
+# the throwaway MariaDB pair and Redis that scripts/with-servers.sh starts and stops.
+# Extra arguments go to `go test` (e.g. scripts/test.sh -run TestParity).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${TICKETD_TEST_PIDS:-}" ]; then
+  exec scripts/with-servers.sh "$0" "$@"
+fi
+
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "test.sh: gofmt needed on: $unformatted" >&2
+  exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 45m "$@" ./...
