@@ -1,0 +1,792 @@
+// Package mysql leases blocks of IDs from a Flickr-style set of MySQL/MariaDB ticket servers: server i
+// issues only IDs ≡ offset_i (mod increment), where increment and offset are the server's own
+// auto_increment settings, so two servers never issue the same ID and either can serve alone.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/schema"
+)
+
+// Config configures a Pair. The zero value of each field means its default.
+type Config struct {
+	// DSNs are go-sql-driver DSNs, one per ticket server (two for the Flickr pair). Required.
+	// interpolateParams=true is added so that a lease is a single round trip.
+	DSNs []string
+	// Names are the servers' names in blocks, logs and metrics. Default: each DSN's host:port.
+	Names []string
+	// AttemptTimeout bounds one attempt on one server. Default 2s.
+	AttemptTimeout time.Duration
+	// Timeout bounds a whole lease, failover included. Default 5s.
+	Timeout time.Duration
+	// MinBackoff and MaxBackoff bound how long a failed server is skipped before it is tried again; the
+	// wait doubles with each failure. Default 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// ProbeInterval is how often a background check retries servers that are down. Default 1s.
+	ProbeInterval time.Duration
+	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
+	SettingsTTL time.Duration
+	// MaxConns bounds each server's connection pool. Default 32.
+	MaxConns int
+	// Migrate applies the schema on each server when it is first checked. Default false: run
+	// `ticketd migrate` (schema.Migrate) once instead.
+	Migrate bool
+	// Logger receives warnings about servers going down and coming back. Default slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, sees every lease attempt.
+	Observer allocator.Observer
+
+	now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 2 * time.Second
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.SettingsTTL == 0 {
+		c.SettingsTTL = 2 * time.Second
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 32
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+// Pair is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
+// interface. Leases go round-robin across usable servers; a failed server is skipped with backoff,
+// checked again before its next lease, and any server alone can serve. Safe for concurrent use.
+type Pair struct {
+	cfg     Config
+	servers []*server
+	next    atomic.Uint64 // round-robin cursor
+
+	settingsMu sync.Mutex
+	settings   map[string]cachedSettings
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+type cachedSettings struct {
+	ns      allocator.Namespace
+	fetched time.Time
+}
+
+var _ allocator.Backend = (*Pair)(nil)
+var _ allocator.HealthReporter = (*Pair)(nil)
+
+// Open connects to every server, checks each reachable one (see Check), and refuses to start when the
+// servers could issue the same ID. Servers that are down are checked when they come back, before
+// their first lease. Open fails with ErrUnavailable when no server is reachable.
+func Open(ctx context.Context, cfg Config) (*Pair, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.DSNs) == 0 {
+		return nil, fmt.Errorf("mysql: no ticket server DSN given")
+	}
+	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
+		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
+	}
+	p := &Pair{cfg: cfg, settings: map[string]cachedSettings{}, done: make(chan struct{})}
+	seen := map[string]bool{}
+	for i, dsn := range cfg.DSNs {
+		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
+		if err != nil {
+			p.closeDBs()
+			return nil, fmt.Errorf("mysql: server %d: bad DSN: %w", i+1, err)
+		}
+		name := mc.Addr
+		if len(cfg.Names) > 0 {
+			name = cfg.Names[i]
+		}
+		if seen[name] {
+			p.closeDBs()
+			return nil, fmt.Errorf("mysql: server %q is listed twice; each ticket server once", name)
+		}
+		seen[name] = true
+		mc.InterpolateParams = true // one round trip per lease (no prepare/execute/close)
+		if mc.Timeout == 0 {
+			mc.Timeout = cfg.AttemptTimeout
+		}
+		if mc.ReadTimeout == 0 {
+			mc.ReadTimeout = 2 * cfg.AttemptTimeout
+		}
+		if mc.WriteTimeout == 0 {
+			mc.WriteTimeout = 2 * cfg.AttemptTimeout
+		}
+		conn, err := mysql.NewConnector(mc)
+		if err != nil {
+			p.closeDBs()
+			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
+		}
+		db := sql.OpenDB(conn)
+		db.SetMaxOpenConns(cfg.MaxConns)
+		db.SetMaxIdleConns(cfg.MaxConns)
+		db.SetConnMaxLifetime(30 * time.Minute)
+		p.servers = append(p.servers, &server{name: name, db: db, pair: p})
+	}
+
+	// Check every server in parallel; a server that does not answer is left for later.
+	errs := make([]error, len(p.servers))
+	var wg sync.WaitGroup
+	for i, s := range p.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.inspect(ctx)
+		}()
+	}
+	wg.Wait()
+	var refused []error
+	reachable := 0
+	for i, s := range p.servers {
+		switch {
+		case errs[i] == nil:
+			reachable++
+		case errors.Is(errs[i], allocator.ErrMisconfigured):
+			refused = append(refused, errs[i])
+		default:
+			cfg.Logger.Warn("ticket server unreachable at start; serving from the others", "server", s.name, "err", errs[i])
+			s.markDown(errs[i])
+		}
+	}
+	if err := p.crossCheck(nil); err != nil {
+		refused = append(refused, err)
+	}
+	if len(refused) > 0 {
+		p.closeDBs()
+		return nil, errors.Join(refused...)
+	}
+	if reachable == 0 {
+		p.closeDBs()
+		return nil, fmt.Errorf("%w: none of %s answered: %w", allocator.ErrUnavailable, p.names(), errors.Join(errs...))
+	}
+	admitted := 0
+	for _, s := range p.servers {
+		if !s.inspected() {
+			continue
+		}
+		err := s.admit(ctx)
+		switch {
+		case err == nil:
+			admitted++
+		case errors.Is(err, allocator.ErrMisconfigured):
+			p.closeDBs()
+			return nil, err
+		default:
+			cfg.Logger.Warn("ticket server failed its checks at start; serving from the others", "server", s.name, "err", err)
+			s.markDown(err)
+		}
+	}
+	if admitted == 0 {
+		p.closeDBs()
+		return nil, fmt.Errorf("%w: no ticket server of %s passed its checks", allocator.ErrUnavailable, p.names())
+	}
+	// Servers admitted early could not see the rows of those admitted after them.
+	for _, s := range p.servers {
+		if s.usable() {
+			if err := s.syncFromPeers(ctx, nil); err != nil {
+				cfg.Logger.Warn("could not copy namespace rows from the other servers", "server", s.name, "err", err)
+			}
+		}
+	}
+	p.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
+	p.wg.Add(1)
+	go p.probe()
+	return p, nil
+}
+
+func (p *Pair) names() string {
+	n := make([]string, len(p.servers))
+	for i, s := range p.servers {
+		n[i] = s.name
+	}
+	return strings.Join(n, ", ")
+}
+
+// crossCheck compares the auto_increment settings of the servers in rotation and the candidate (all
+// inspected servers when candidate is nil, at Open): one increment for all, a distinct offset each, and
+// an increment no smaller than the number of servers.
+func (p *Pair) crossCheck(candidate *server) error {
+	var errs []error
+	byOffset := map[int64]string{}
+	var incServer string
+	var inc int64
+	for _, s := range p.servers {
+		v, ok := s.vars()
+		if !ok || (candidate != nil && s != candidate && !s.usable()) {
+			continue
+		}
+		if incServer == "" {
+			incServer, inc = s.name, v.increment
+		} else if v.increment != inc {
+			errs = append(errs, fmt.Errorf("%w: auto_increment_increment is %d on %s but %d on %s; set the same increment (at least %d) on every ticket server",
+				allocator.ErrMisconfigured, inc, incServer, v.increment, s.name, len(p.servers)))
+		}
+		if other, dup := byOffset[v.offset]; dup {
+			errs = append(errs, fmt.Errorf("%w: %s and %s share auto_increment_offset %d and would issue the same IDs; give each server its own offset (1..%d)",
+				allocator.ErrMisconfigured, other, s.name, v.offset, len(p.servers)))
+		}
+		byOffset[v.offset] = s.name
+		if v.increment < int64(len(p.servers)) {
+			errs = append(errs, fmt.Errorf("%w: auto_increment_increment is %d on %s, below the %d ticket servers configured; set it to at least %d",
+				allocator.ErrMisconfigured, v.increment, s.name, len(p.servers), len(p.servers)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// probe retries servers that are down, so that health (and /readyz) recovers without lease traffic.
+func (p *Pair) probe() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		for _, s := range p.servers {
+			if s.usable() || !s.due(p.cfg.now()) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
+			_ = s.revive(ctx)
+			cancel()
+		}
+	}
+}
+
+// Close stops background checks and closes every connection pool. Safe to call twice.
+func (p *Pair) Close() error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		close(p.done)
+		p.wg.Wait()
+		p.closeDBs()
+	})
+	return nil
+}
+
+func (p *Pair) closeDBs() {
+	for _, s := range p.servers {
+		_ = s.db.Close()
+	}
+}
+
+// Servers returns the server names in configuration order.
+func (p *Pair) Servers() []string {
+	out := make([]string, len(p.servers))
+	for i, s := range p.servers {
+		out[i] = s.name
+	}
+	return out
+}
+
+// Health reports each server's state.
+func (p *Pair) Health() []allocator.ServerHealth {
+	out := make([]allocator.ServerHealth, len(p.servers))
+	for i, s := range p.servers {
+		out[i] = s.health()
+	}
+	return out
+}
+
+// order returns the servers starting at the round-robin cursor.
+func (p *Pair) order() []*server {
+	n := len(p.servers)
+	start := int(p.next.Add(1) % uint64(n))
+	out := make([]*server, n)
+	for i := range n {
+		out[i] = p.servers[(start+i)%n]
+	}
+	return out
+}
+
+// Lease takes a block of size IDs (0 means the namespace's block size) from the next usable server,
+// failing over to the others. Each attempt is one UPDATE; an attempt whose outcome is unknown is
+// abandoned and the retry takes a new range (the lost one is a gap, never reissued).
+func (p *Pair) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
+	return p.LeaseFrom(ctx, namespace, size, "")
+}
+
+// LeaseFrom is Lease with a preferred server: it is tried first when usable. An empty prefer means
+// round-robin.
+func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
+	if err := allocator.ValidateName(namespace); err != nil {
+		return allocator.Block{}, err
+	}
+	if size < 0 {
+		return allocator.Block{}, allocator.ValidateSize(size, 1)
+	}
+	if p.closed.Load() {
+		return allocator.Block{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	ns, err := p.namespaceSettings(ctx, namespace)
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	if size == 0 {
+		size = ns.BlockSize
+	}
+	if err := allocator.ValidateSize(size, ns.MaxBlockSize); err != nil {
+		return allocator.Block{}, err
+	}
+
+	order := p.order()
+	if prefer != "" {
+		for i, s := range order {
+			if s.name == prefer {
+				order[0], order[i] = order[i], order[0]
+				break
+			}
+		}
+	}
+	var errs []error
+	exhausted := 0
+	tried := map[*server]bool{}
+	attempt := func(s *server) (allocator.Block, bool, error) {
+		tried[s] = true
+		blk, err := p.leaseOn(ctx, s, ns, size)
+		switch {
+		case err == nil:
+			return blk, true, nil
+		case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
+			return blk, true, err // the request is wrong, not the server
+		case ctx.Err() != nil && errors.Is(err, context.Canceled):
+			return blk, true, err
+		case errors.Is(err, allocator.ErrExhausted):
+			exhausted++
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.ObserveFailover(s.name)
+		}
+		return blk, false, nil
+	}
+	// First every server that is up (or due for a retry), then, if all failed and time is left, the
+	// ones still in backoff: better a late answer than none.
+	for pass := 0; pass < 2; pass++ {
+		for _, s := range order {
+			if tried[s] || (pass == 0 && !s.usable() && !s.due(p.cfg.now())) {
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if blk, done, err := attempt(s); done {
+				return blk, err
+			}
+		}
+	}
+	if exhausted > 0 && exhausted == len(tried) && len(tried) == len(p.servers) {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q on every server: %w", allocator.ErrExhausted, namespace, errors.Join(errs...))
+	}
+	if len(errs) == 0 && ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errors.Join(errs...))
+}
+
+// leaseOn makes one attempt on one server, reviving it first if it was down.
+func (p *Pair) leaseOn(ctx context.Context, s *server, ns allocator.Namespace, size int64) (allocator.Block, error) {
+	if !s.usable() {
+		if err := s.revive(ctx); err != nil {
+			return allocator.Block{}, err
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	defer cancel()
+	start := p.cfg.now()
+	blk, err := s.lease(actx, ns, size)
+	if errors.Is(err, errRowMissing) {
+		// The server was down when the namespace was created: give it the row, then lease.
+		if err = s.ensureRow(actx, ns); err == nil {
+			blk, err = s.lease(actx, ns, size)
+		}
+	}
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.ObserveLease(s.name, p.cfg.now().Sub(start), err)
+	}
+	if err != nil && isServerFault(err) && ctx.Err() == nil {
+		s.markDown(err)
+	}
+	if err == nil {
+		s.markUp()
+	}
+	return blk, err
+}
+
+// isServerFault reports whether err says the server (or the way to it) failed, rather than the request.
+func isServerFault(err error) bool {
+	switch {
+	case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound),
+		errors.Is(err, allocator.ErrExhausted), errors.Is(err, allocator.ErrInvalidNamespace):
+		return false
+	}
+	return true
+}
+
+// namespaceSettings returns cached settings, fetching them from a usable server when stale.
+func (p *Pair) namespaceSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	now := p.cfg.now()
+	p.settingsMu.Lock()
+	c, ok := p.settings[name]
+	p.settingsMu.Unlock()
+	if ok && now.Sub(c.fetched) < p.cfg.SettingsTTL {
+		return c.ns, nil
+	}
+	ns, err := p.readSettings(ctx, name)
+	if err != nil {
+		if ok && !errors.Is(err, allocator.ErrNotFound) {
+			return c.ns, nil // servers unreachable: the last known settings are good enough
+		}
+		return allocator.Namespace{}, err
+	}
+	p.settingsMu.Lock()
+	p.settings[name] = cachedSettings{ns: ns, fetched: now}
+	p.settingsMu.Unlock()
+	return ns, nil
+}
+
+func (p *Pair) forgetSettings(name string) {
+	p.settingsMu.Lock()
+	delete(p.settings, name)
+	p.settingsMu.Unlock()
+}
+
+// readSettings reads a namespace's row from every usable server and keeps the latest settings.
+func (p *Pair) readSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	var best *rowSettings
+	var errs []error
+	answered := 0
+	for _, s := range p.servers {
+		if !s.usable() {
+			continue
+		}
+		rs, err := s.readRow(ctx, name)
+		if err != nil {
+			if !errors.Is(err, errRowMissing) {
+				errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+				continue
+			}
+			answered++
+			continue
+		}
+		answered++
+		if best == nil || rs.updatedUS > best.updatedUS {
+			best = &rs
+		}
+	}
+	if best != nil {
+		return best.ns, nil
+	}
+	if answered == 0 {
+		return allocator.Namespace{}, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
+	}
+	return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
+}
+
+// CreateNamespace creates the namespace's row on every usable server. A server that is down gets its
+// row when it comes back (or at its first lease). ErrExists when every server that answered had it.
+func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if p.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	nowUS := p.cfg.now().UnixMicro()
+	created, existed := 0, 0
+	var errs []error
+	for _, s := range p.servers {
+		if !s.usable() {
+			if s.revive(ctx) != nil {
+				continue
+			}
+		}
+		ok, err := s.insertRow(ctx, ns, nowUS)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			if isServerFault(err) {
+				s.markDown(err)
+			}
+		case ok:
+			created++
+		default:
+			existed++
+		}
+	}
+	p.forgetSettings(ns.Name)
+	switch {
+	case created > 0:
+		return ns, nil
+	case existed > 0:
+		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
+	}
+	for _, e := range errs {
+		if !isServerFault(e) {
+			return allocator.Namespace{}, e
+		}
+	}
+	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+}
+
+// UpdateNamespace replaces the namespace's settings (zero fields mean their defaults) on every usable
+// server. A Start above a server's counter advances the counter; counters never move back.
+func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	advance := ns.Start
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if p.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	current, err := p.readSettings(ctx, ns.Name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns.Start = current.Start
+	nowUS := p.cfg.now().UnixMicro()
+	updated := 0
+	var errs []error
+	for _, s := range p.servers {
+		if !s.usable() {
+			continue
+		}
+		err := s.updateRow(ctx, ns, advance, nowUS)
+		if errors.Is(err, errRowMissing) {
+			// Created while this server was down: create it now with the new settings.
+			if err = s.ensureRow(ctx, ns); err == nil {
+				err = s.updateRow(ctx, ns, advance, nowUS)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			if isServerFault(err) {
+				s.markDown(err)
+			}
+			continue
+		}
+		updated++
+	}
+	p.forgetSettings(ns.Name)
+	if updated == 0 {
+		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+	}
+	if advance > ns.Start {
+		ns.Start = advance
+	}
+	return ns, nil
+}
+
+// Namespace returns the namespace's settings and each server's counter.
+func (p *Pair) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
+	if err := allocator.ValidateName(name); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if p.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	ns, err := p.readSettings(ctx, name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns.Servers = p.serverStates(ctx, name)
+	return ns, nil
+}
+
+func (p *Pair) serverStates(ctx context.Context, name string) []allocator.ServerState {
+	out := make([]allocator.ServerState, 0, len(p.servers))
+	for _, s := range p.servers {
+		h := s.health()
+		st := allocator.ServerState{Server: s.name, Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
+		if h.Healthy {
+			rs, err := s.readRow(ctx, name)
+			switch {
+			case err == nil:
+				st.Next = rs.next
+			case errors.Is(err, errRowMissing):
+				st.Error = "no row for this namespace yet (created at its first lease)"
+			default:
+				st.Healthy, st.Error = false, err.Error()
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Namespaces lists the namespaces known to any usable server.
+func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
+	if p.closed.Load() {
+		return nil, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	latest := map[string]rowSettings{}
+	answered := 0
+	var errs []error
+	for _, s := range p.servers {
+		if !s.usable() {
+			continue
+		}
+		rows, err := s.readRows(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			continue
+		}
+		answered++
+		for _, r := range rows {
+			if cur, ok := latest[r.ns.Name]; !ok || r.updatedUS > cur.updatedUS {
+				latest[r.ns.Name] = r
+			}
+		}
+	}
+	if answered == 0 {
+		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, errors.Join(errs...))
+	}
+	out := make([]allocator.Namespace, 0, len(latest))
+	for _, r := range latest {
+		ns := r.ns
+		ns.Servers = p.serverStates(ctx, ns.Name)
+		out = append(out, ns)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Migrate applies the schema on every server; all must answer.
+func (p *Pair) Migrate(ctx context.Context) error {
+	for _, s := range p.servers {
+		if _, err := schema.Migrate(ctx, s.db); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// Ticket issues one ID the way Flickr's ticket servers do: REPLACE INTO Tickets64 on the next usable
+// server, one statement per ID. It exists so that per-ID tickets can be compared with block leases on
+// the same servers.
+func (p *Pair) Ticket(ctx context.Context) (id int64, server string, err error) {
+	if p.closed.Load() {
+		return 0, "", allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	var errs []error
+	for _, s := range p.order() {
+		if !s.usable() && !s.due(p.cfg.now()) {
+			continue
+		}
+		if !s.usable() {
+			if err := s.revive(ctx); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		actx, acancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+		res, err := s.db.ExecContext(actx, "REPLACE INTO Tickets64 (stub) VALUES ('a')")
+		acancel()
+		if err == nil {
+			id, err = res.LastInsertId()
+		}
+		if err == nil {
+			return id, s.name, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		if isDeadlock(err) {
+			return 0, s.name, err // a request error under contention, not a dead server
+		}
+		s.markDown(err)
+	}
+	return 0, "", fmt.Errorf("%w: ticket: %w", allocator.ErrUnavailable, errors.Join(errs...))
+}
+
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// firstAtLeast is the smallest x ≥ start with x ≡ offset (mod step), or ok=false past MaxInt64.
+func firstAtLeast(start, step, offset int64) (int64, bool) {
+	if start < 1 {
+		start = 1
+	}
+	r := offset % step
+	d := ((r-start%step)%step + step) % step
+	if start > math.MaxInt64-d {
+		return 0, false
+	}
+	return start + d, true
+}
+
+// ServerName is the name a server gets from its DSN when Config.Names is empty: its host:port.
+func ServerName(dsn string) string {
+	mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
+	if err != nil {
+		return "?"
+	}
+	return mc.Addr
+}
+
+// MigrateDSN applies the schema to the database of one DSN.
+func MigrateDSN(ctx context.Context, dsn string) ([]int, error) {
+	db, err := sql.Open("mysql", strings.TrimSpace(dsn))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ServerName(dsn), err)
+	}
+	defer db.Close()
+	applied, err := schema.Migrate(ctx, db)
+	if err != nil {
+		return applied, fmt.Errorf("%s: %w", ServerName(dsn), err)
+	}
+	return applied, nil
+}

@@ -1,0 +1,273 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/schema"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// openPair migrates the databases behind dsns and opens a Pair on them.
+func openPair(t testing.TB, dsns []string, tweak func(*Config)) *Pair {
+	t.Helper()
+	cfg := Config{DSNs: dsns, Migrate: true, Logger: quiet, ProbeInterval: 50 * time.Millisecond,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	p, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func TestConformance(t *testing.T) {
+	servers := testenv.ServerDSNs(t)
+	allocatortest.Run(t, func(t *testing.T) allocator.Backend {
+		return openPair(t, testenv.FreshDatabases(t, servers), nil)
+	}, allocatortest.Options{})
+}
+
+// TestParity checks Flickr's promise: across 100,000 leases from 32 goroutines, the odd server issues
+// only odd IDs and the even server only even ones, and no ID is issued twice.
+func TestParity(t *testing.T) {
+	dsns := testenv.Pair(t)
+	p := openPair(t, dsns, nil)
+	ctx := context.Background()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "parity"}); err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, total = 32, 100_000
+	var (
+		mu     sync.Mutex
+		blocks = make([]allocator.Block, 0, total)
+		left   atomic.Int64
+		wg     sync.WaitGroup
+		failed atomic.Value
+	)
+	left.Store(total)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local []allocator.Block
+			for i := 0; left.Add(-1) >= 0; i++ {
+				b, err := p.Lease(ctx, "parity", int64(1+(g+i)%10))
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				local = append(local, b)
+			}
+			mu.Lock()
+			blocks = append(blocks, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	names := p.Servers()
+	perServer := map[string]int{}
+	for _, b := range blocks {
+		want := int64(1) // the first server (offset 1) is odd
+		if b.Server == names[1] {
+			want = 0
+		}
+		if b.Step != 2 || b.Start%2 != want {
+			t.Fatalf("block %v from %s breaks parity (want IDs ≡ %d mod 2)", b, b.Server, want)
+		}
+		perServer[b.Server]++
+	}
+	if len(blocks) != total {
+		t.Fatalf("%d blocks, want %d", len(blocks), total)
+	}
+	if perServer[names[0]] == 0 || perServer[names[1]] == 0 {
+		t.Fatalf("round-robin used one server only: %v", perServer)
+	}
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d leases: %v", total, perServer)
+}
+
+// comCounters reads the statement counters of the session behind db (whose pool holds one connection).
+func comCounters(t *testing.T, db *sql.DB) map[string]int64 {
+	t.Helper()
+	rows, err := db.Query("SHOW SESSION STATUS WHERE Variable_name IN ('Com_update','Com_stmt_prepare','Com_stmt_execute','Com_stmt_close','Questions')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var v int64
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// TestLeaseIsOneStatementOneRoundTrip proves with the server's Com_* counters that a lease is a single
+// text-protocol UPDATE: no prepare, execute or close, and no other statement.
+func TestLeaseIsOneStatementOneRoundTrip(t *testing.T) {
+	dsns := testenv.Pair(t)
+	ctx := context.Background()
+	p := openPair(t, dsns[:1], func(c *Config) { c.MaxConns = 1 })
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "rt"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Lease(ctx, "rt", 5); err != nil { // warms the settings cache
+		t.Fatal(err)
+	}
+	db := p.servers[0].db
+	before := comCounters(t, db)
+	const n = 200
+	for range n {
+		if _, err := p.Lease(ctx, "rt", 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := comCounters(t, db)
+	delta := func(k string) int64 { return after[k] - before[k] }
+	if delta("Com_update") != n {
+		t.Errorf("Com_update grew by %d for %d leases, want %d", delta("Com_update"), n, n)
+	}
+	for _, k := range []string{"Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close"} {
+		if delta(k) != 0 {
+			t.Errorf("%s grew by %d: leases use the binary protocol (3 round trips), want 0", k, delta(k))
+		}
+	}
+	// Questions counts every statement the client sent, the SHOW STATUS that reads it included.
+	if q := delta("Questions"); q != n+1 {
+		t.Errorf("Questions grew by %d for %d leases, want %d (one statement each, plus the SHOW)", q, n, n+1)
+	}
+
+	// The control: without interpolateParams the driver prepares, executes and closes each statement.
+	plain, err := sql.Open("mysql", dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	plain.SetMaxOpenConns(1)
+	before = comCounters(t, plain)
+	if _, err := plain.Exec("UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(next_id + ? * step) WHERE name = ?", 5, "rt"); err != nil {
+		t.Fatal(err)
+	}
+	after = comCounters(t, plain)
+	if delta("Com_stmt_prepare") != 1 || delta("Com_stmt_close") != 1 {
+		t.Errorf("control: plain Exec did not prepare and close (%v → %v); the counters do not show round trips", before, after)
+	}
+}
+
+func TestTicketsParityAndUniqueness(t *testing.T) {
+	dsns := testenv.Pair(t)
+	p := openPair(t, dsns, nil)
+	ctx := context.Background()
+	names := p.Servers()
+	ids := allocatortest.NewIDSet(4000)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 250 {
+				id, srv, err := p.Ticket(ctx)
+				if err != nil {
+					if isDeadlock(err) {
+						continue // Flickr's scheme deadlocks under contention; counted by the benchmark
+					}
+					failed.Store(err)
+					return
+				}
+				want := int64(1)
+				if srv == names[1] {
+					want = 0
+				}
+				if id%2 != want {
+					failed.Store(fmt.Errorf("ticket %d from %s breaks parity", id, srv))
+					return
+				}
+				mu.Lock()
+				ids.Add(id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids.Duplicates) > 0 || ids.Len() < 900 {
+		t.Fatalf("%d tickets, duplicates %v", ids.Len(), ids.Duplicates)
+	}
+}
+
+func TestOpenRefusesDuplicateServer(t *testing.T) {
+	dsns := testenv.Pair(t)
+	_, err := Open(context.Background(), Config{DSNs: []string{dsns[0], dsns[0]}, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "listed twice") {
+		t.Fatalf("Open with one server twice: %v", err)
+	}
+}
+
+func TestOpenRequiresSchema(t *testing.T) {
+	dsns := testenv.Pair(t)
+	_, err := Open(context.Background(), Config{DSNs: dsns, Logger: quiet})
+	if !errors.Is(err, allocator.ErrMisconfigured) || !strings.Contains(err.Error(), "ticketd migrate") {
+		t.Fatalf("Open without schema: %v, want a hint to run ticketd migrate", err)
+	}
+	for _, dsn := range dsns {
+		db, _ := sql.Open("mysql", dsn)
+		if _, err := schema.Migrate(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		// Twice is harmless.
+		if applied, err := schema.Migrate(context.Background(), db); err != nil || len(applied) != 0 {
+			t.Fatalf("second Migrate applied %v, %v", applied, err)
+		}
+		db.Close()
+	}
+	p, err := Open(context.Background(), Config{DSNs: dsns, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+}
+
+func TestFirstAtLeast(t *testing.T) {
+	for _, c := range []struct{ start, step, offset, want int64 }{
+		{1, 2, 1, 1}, {1, 2, 2, 2}, {2, 2, 1, 3}, {1000, 2, 1, 1001}, {1000, 2, 2, 1000},
+		{7, 3, 3, 9}, {7, 3, 1, 7}, {0, 2, 2, 2}, {1, 1, 1, 1},
+	} {
+		got, ok := firstAtLeast(c.start, c.step, c.offset)
+		if !ok || got != c.want {
+			t.Errorf("firstAtLeast(%d, %d, %d) = %d, want %d", c.start, c.step, c.offset, got, c.want)
+		}
+	}
+	if _, ok := firstAtLeast(1<<63-1, 2, 2); ok {
+		t.Error("no even ID at MaxInt64")
+	}
+}

@@ -1,0 +1,410 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/schema"
+)
+
+// errRowMissing means the server has no row for a namespace that exists on another server.
+var errRowMissing = errors.New("mysql: namespace row missing on this server")
+
+// serverVars are the settings that decide which IDs a server may issue and whether they survive a crash.
+type serverVars struct {
+	increment, offset int64
+	flushAtCommit     int64
+	logBin            bool
+	syncBinlog        int64
+	version           string
+}
+
+// server is one ticket server and what the pair knows of it. Safe for concurrent use.
+type server struct {
+	name string
+	db   *sql.DB
+	pair *Pair
+
+	reviving sync.Mutex // one revival at a time
+
+	mu        sync.Mutex
+	v         serverVars
+	haveVars  bool // variables read and checked at least once
+	up        bool // checked and answering: leases may go here
+	failures  int
+	retryAt   time.Time
+	lastErr   error
+	downSince time.Time
+}
+
+func (s *server) vars() (serverVars, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.v, s.haveVars
+}
+
+func (s *server) inspected() bool {
+	_, ok := s.vars()
+	return ok
+}
+
+func (s *server) usable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up
+}
+
+// due reports whether a down server's backoff has passed.
+func (s *server) due(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.up && !now.Before(s.retryAt)
+}
+
+func (s *server) health() allocator.ServerHealth {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := allocator.ServerHealth{Name: s.name, Healthy: s.up, Step: s.v.increment, Offset: s.v.offset}
+	if !s.up {
+		h.Error = "not checked yet"
+		if s.lastErr != nil {
+			h.Error = s.lastErr.Error()
+		}
+	}
+	return h
+}
+
+// markDown takes the server out of rotation with exponential backoff and jitter.
+func (s *server) markDown(err error) {
+	cfg := s.pair.cfg
+	s.mu.Lock()
+	wasUp := s.up
+	s.up = false
+	s.failures++
+	backoff := cfg.MinBackoff << min(s.failures-1, 20)
+	if backoff > cfg.MaxBackoff || backoff <= 0 {
+		backoff = cfg.MaxBackoff
+	}
+	backoff = backoff/2 + rand.N(backoff/2+1)
+	now := cfg.now()
+	s.retryAt = now.Add(backoff)
+	s.lastErr = err
+	if wasUp {
+		s.downSince = now
+	}
+	s.mu.Unlock()
+	if wasUp {
+		cfg.Logger.Warn("ticket server down; leasing from the others", "server", s.name, "retry_in", backoff.Round(time.Millisecond), "err", err)
+	}
+}
+
+func (s *server) markUp() {
+	s.mu.Lock()
+	if !s.up {
+		s.mu.Unlock()
+		return // only a revival (which re-checks the server) brings it back
+	}
+	s.failures = 0
+	s.mu.Unlock()
+}
+
+// revive checks a down server again (variables, peers, rows) and puts it back in rotation.
+func (s *server) revive(ctx context.Context) error {
+	s.reviving.Lock()
+	defer s.reviving.Unlock()
+	if s.usable() {
+		return nil
+	}
+	err := s.inspect(ctx)
+	if err == nil {
+		err = s.pair.crossCheck(s)
+	}
+	if err == nil {
+		err = s.admit(ctx)
+	}
+	if err != nil {
+		s.markDown(err)
+		return err
+	}
+	s.mu.Lock()
+	since := s.downSince
+	s.mu.Unlock()
+	s.pair.cfg.Logger.Info("ticket server back in rotation", "server", s.name, "down_for", s.pair.cfg.now().Sub(since).Round(time.Millisecond))
+	return nil
+}
+
+// inspect reads and checks the server's own settings. A misconfiguration is ErrMisconfigured; a
+// server that does not answer returns its connection error.
+func (s *server) inspect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.pair.cfg.AttemptTimeout)
+	defer cancel()
+	var v serverVars
+	var logBin int64
+	err := s.db.QueryRowContext(ctx, `SELECT @@auto_increment_increment, @@auto_increment_offset,
+		@@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, @@version`).
+		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
+	v.logBin = logBin == 1
+	var errs []error
+	if v.flushAtCommit != 1 {
+		errs = append(errs, fmt.Errorf("%w: innodb_flush_log_at_trx_commit is %d on %s: a crash could roll the counter back and reissue IDs; set innodb_flush_log_at_trx_commit=1",
+			allocator.ErrMisconfigured, v.flushAtCommit, s.name))
+	}
+	if v.logBin && v.syncBinlog != 1 {
+		errs = append(errs, fmt.Errorf("%w: the binary log is on and sync_binlog is %d on %s: after a crash a replica or restore could miss leases and reissue IDs; set sync_binlog=1",
+			allocator.ErrMisconfigured, v.syncBinlog, s.name))
+	}
+	if v.offset < 1 || v.offset > v.increment {
+		errs = append(errs, fmt.Errorf("%w: auto_increment_offset %d on %s is outside 1..auto_increment_increment (%d), where MySQL ignores it; set an offset in 1..%d",
+			allocator.ErrMisconfigured, v.offset, s.name, v.increment, v.increment))
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	s.v, s.haveVars = v, true
+	s.mu.Unlock()
+	return nil
+}
+
+// admit runs the checks that need the schema (every namespace row matches this server's increment and
+// offset), creates rows that were made while the server was down, and puts the server in rotation.
+func (s *server) admit(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*s.pair.cfg.AttemptTimeout)
+	defer cancel()
+	if s.pair.cfg.Migrate {
+		if _, err := schema.Migrate(ctx, s.db); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	rows, err := s.readRows(ctx)
+	if err != nil {
+		var missing *missingSchemaError
+		if errors.As(err, &missing) {
+			return fmt.Errorf("%w: %s has no ticketd schema; run `ticketd migrate` first", allocator.ErrMisconfigured, s.name)
+		}
+		return err
+	}
+	v, _ := s.vars()
+	var errs []error
+	mine := map[string]bool{}
+	for _, r := range rows {
+		mine[r.ns.Name] = true
+		if r.step != v.increment || r.offset != v.offset || r.next%r.step != v.offset%v.increment {
+			errs = append(errs, fmt.Errorf("%w: namespace %q on %s was created with step %d offset %d (next %d) but the server now runs with auto_increment_increment %d offset %d; restore the server's settings",
+				allocator.ErrMisconfigured, r.ns.Name, s.name, r.step, r.offset, r.next, v.increment, v.offset))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := s.syncFromPeers(ctx, mine); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.up, s.failures, s.lastErr = true, 0, nil
+	s.mu.Unlock()
+	return nil
+}
+
+// syncFromPeers creates the rows of namespaces that the servers in rotation have and this one lacks
+// (created while it was away). mine names the rows it has; nil means read them.
+func (s *server) syncFromPeers(ctx context.Context, mine map[string]bool) error {
+	if mine == nil {
+		rows, err := s.readRows(ctx)
+		if err != nil {
+			return err
+		}
+		mine = map[string]bool{}
+		for _, r := range rows {
+			mine[r.ns.Name] = true
+		}
+	}
+	for _, peer := range s.pair.servers {
+		if peer == s || !peer.usable() {
+			continue
+		}
+		prows, err := peer.readRows(ctx)
+		if err != nil {
+			continue
+		}
+		for _, r := range prows {
+			if mine[r.ns.Name] {
+				continue
+			}
+			if err := s.ensureRow(ctx, r.ns); err != nil {
+				return err
+			}
+			mine[r.ns.Name] = true
+		}
+	}
+	return nil
+}
+
+type missingSchemaError struct{ err error }
+
+func (e *missingSchemaError) Error() string { return e.err.Error() }
+func (e *missingSchemaError) Unwrap() error { return e.err }
+
+// rowSettings is one namespace row.
+type rowSettings struct {
+	ns           allocator.Namespace
+	next         int64
+	step, offset int64
+	updatedUS    int64
+}
+
+const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, updated_us"
+
+func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
+	var r rowSettings
+	var ttlMS int64
+	err := sc.Scan(&r.ns.Name, &r.next, &r.step, &r.offset, &r.ns.Start, &r.ns.BlockSize, &r.ns.MaxBlockSize, &ttlMS, &r.updatedUS)
+	r.ns.LeaseTTL = time.Duration(ttlMS) * time.Millisecond
+	return r, err
+}
+
+func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name")
+	if err != nil {
+		if isNoSuchTable(err) {
+			return nil, &missingSchemaError{err}
+		}
+		return nil, err
+	}
+	defer rows.Close()
+	var out []rowSettings
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (s *server) readRow(ctx context.Context, name string) (rowSettings, error) {
+	r, err := scanRow(s.db.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ?", name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, errRowMissing
+	}
+	return r, err
+}
+
+// lease is the one-statement, one-round-trip lease: the UPDATE moves the counter and LAST_INSERT_ID(expr)
+// makes the OK packet carry its new value, the exclusive end of the block.
+func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) (allocator.Block, error) {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(next_id + ? * step)
+		WHERE name = ? AND ? <= max_block_size AND next_id <= 9223372036854775807 - ? * step`,
+		size, ns.Name, size, size)
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	if n == 0 {
+		return allocator.Block{}, s.whyNoLease(ctx, ns.Name, size)
+	}
+	end, err := res.LastInsertId()
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	v, _ := s.vars()
+	if end%v.increment != v.offset%v.increment {
+		// Only a row edited by hand gets here; refuse rather than risk the other server's IDs.
+		return allocator.Block{}, fmt.Errorf("%w: %s returned counter %d, not ≡ offset %d (mod %d); namespace %q's row was changed outside ticketd",
+			allocator.ErrMisconfigured, s.name, end, v.offset, v.increment, ns.Name)
+	}
+	return allocator.BlockEnding(ns.Name, s.name, end, v.increment, size, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
+}
+
+// whyNoLease explains an UPDATE that matched no row.
+func (s *server) whyNoLease(ctx context.Context, name string, size int64) error {
+	r, err := s.readRow(ctx, name)
+	if err != nil {
+		return err
+	}
+	if size > r.ns.MaxBlockSize {
+		return fmt.Errorf("%w: %d is above namespace %q's max_block_size %d", allocator.ErrInvalidSize, size, name, r.ns.MaxBlockSize)
+	}
+	return fmt.Errorf("%w: %s's counter for %q is %d; %d more IDs of step %d would pass %d",
+		allocator.ErrExhausted, s.name, name, r.next, size, r.step, int64(math.MaxInt64))
+}
+
+// insertRow creates the namespace's row unless it exists; ok reports whether it was created.
+func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, nowUS int64) (bool, error) {
+	v, _ := s.vars()
+	first, ok := firstAtLeast(ns.Start, v.increment, v.offset)
+	if !ok {
+		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, ns.Start, s.name, v.offset, v.increment)
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
+		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, created_us, updated_us)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), nowUS, nowUS)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ensureRow creates the row with the given settings if it is missing.
+func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace) error {
+	_, err := s.insertRow(ctx, ns, s.pair.cfg.now().UnixMicro())
+	if err == nil {
+		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.name, "namespace", ns.Name)
+	}
+	return err
+}
+
+// updateRow writes settings and advances the counter to at least advance (never back).
+func (s *server) updateRow(ctx context.Context, ns allocator.Namespace, advance, nowUS int64) error {
+	v, _ := s.vars()
+	floor := int64(1)
+	if advance > 0 {
+		f, ok := firstAtLeast(advance, v.increment, v.offset)
+		if !ok {
+			return fmt.Errorf("%w: start %d leaves no ID for %s", allocator.ErrExhausted, advance, s.name)
+		}
+		floor = f
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE ticketd_namespaces SET block_size = ?, max_block_size = ?, lease_ttl_ms = ?,
+		updated_us = ?, next_id = GREATEST(next_id, ?) WHERE name = ?`,
+		ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), nowUS, floor, ns.Name)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		// Unchanged settings also affect no row; tell the two apart.
+		if _, err := s.readRow(ctx, ns.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isNoSuchTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1146
+}
