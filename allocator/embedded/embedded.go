@@ -1,0 +1,269 @@
+// Package embedded is ticketd's single-node backend: every namespace's counter lives in one local bbolt
+// file, synced to disk before a lease returns. It needs no database server, so ticketd runs anywhere.
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// ServerName is the ticket server name in blocks from the embedded store.
+const ServerName = "embedded"
+
+// FileName is the store's file inside the data directory.
+const FileName = "ticketd.db"
+
+var bucket = []byte("namespaces")
+
+// Config configures a Store. The zero value of each field means its default.
+type Config struct {
+	// Dir is the data directory; created if missing. Default "./ticketd-data".
+	Dir string
+	// LockTimeout is how long Open waits for another process to release the file. Default 1s.
+	LockTimeout time.Duration
+
+	now func() time.Time
+}
+
+// Store is the embedded backend: stride 1, one file, fsync before a lease returns. Safe for concurrent
+// use; one process at a time may open a data directory.
+type Store struct {
+	db        *bolt.DB
+	path      string
+	now       func() time.Time
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ allocator.Backend = (*Store)(nil)
+var _ allocator.HealthReporter = (*Store)(nil)
+
+// record is a namespace as stored.
+type record struct {
+	Next         int64 `json:"next"`
+	Start        int64 `json:"start"`
+	BlockSize    int64 `json:"block_size"`
+	MaxBlockSize int64 `json:"max_block_size"`
+	LeaseTTLMS   int64 `json:"lease_ttl_ms"`
+	CreatedUS    int64 `json:"created_us"`
+	UpdatedUS    int64 `json:"updated_us"`
+}
+
+func (r record) namespace(name string) allocator.Namespace {
+	return allocator.Namespace{Name: name, Start: r.Start, BlockSize: r.BlockSize, MaxBlockSize: r.MaxBlockSize,
+		LeaseTTL: time.Duration(r.LeaseTTLMS) * time.Millisecond,
+		Servers:  []allocator.ServerState{{Server: ServerName, Next: r.Next, Step: 1, Offset: 1, Healthy: true}}}
+}
+
+// Open opens (or creates) the store in cfg.Dir.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		cfg.Dir = "ticketd-data"
+	}
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = time.Second
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded: data directory: %w", err)
+	}
+	path := filepath.Join(cfg.Dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.LockTimeout})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("embedded: %s is locked by another process (another ticketd?); stop it or use another --data-dir", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("embedded: init %s: %w", path, err)
+	}
+	return &Store{db: db, path: path, now: cfg.now}, nil
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file. Safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
+	return s.closeErr
+}
+
+// Health reports the one local "server".
+func (s *Store) Health() []allocator.ServerHealth {
+	return []allocator.ServerHealth{{Name: ServerName, Healthy: true, Step: 1, Offset: 1}}
+}
+
+// update runs fn in a write transaction, which bbolt syncs to disk before it returns.
+func (s *Store) update(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket(bucket)) })
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return allocator.ErrClosed
+	}
+	return err
+}
+
+func (s *Store) view(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(bucket)) })
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return allocator.ErrClosed
+	}
+	return err
+}
+
+func get(b *bolt.Bucket, name string) (record, error) {
+	v := b.Get([]byte(name))
+	if v == nil {
+		return record{}, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
+	}
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return record{}, fmt.Errorf("embedded: namespace %q is corrupt: %w", name, err)
+	}
+	return r, nil
+}
+
+func put(b *bolt.Bucket, name string, r record) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(name), v)
+}
+
+// Lease takes the next size IDs (0 means the namespace's block size).
+func (s *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
+	if err := allocator.ValidateName(namespace); err != nil {
+		return allocator.Block{}, err
+	}
+	if size < 0 {
+		return allocator.Block{}, allocator.ValidateSize(size, 1)
+	}
+	var blk allocator.Block
+	err := s.update(ctx, func(b *bolt.Bucket) error {
+		r, err := get(b, namespace)
+		if err != nil {
+			return err
+		}
+		if size == 0 {
+			size = r.BlockSize
+		}
+		if err := allocator.ValidateSize(size, r.MaxBlockSize); err != nil {
+			return err
+		}
+		if r.Next > math.MaxInt64-size {
+			return fmt.Errorf("%w: namespace %q is at %d; %d more IDs would pass %d", allocator.ErrExhausted, namespace, r.Next, size, int64(math.MaxInt64))
+		}
+		end := r.Next + size
+		blk, err = allocator.BlockEnding(namespace, ServerName, end, 1, size, allocator.ExpiryFor(s.now(), time.Duration(r.LeaseTTLMS)*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		r.Next = end
+		return put(b, namespace, r)
+	})
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	return blk, nil
+}
+
+// CreateNamespace creates a namespace; ErrExists if it exists.
+func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	now := s.now().UnixMicro()
+	r := record{Next: ns.Start, Start: ns.Start, BlockSize: ns.BlockSize, MaxBlockSize: ns.MaxBlockSize,
+		LeaseTTLMS: ns.LeaseTTL.Milliseconds(), CreatedUS: now, UpdatedUS: now}
+	err := s.update(ctx, func(b *bolt.Bucket) error {
+		if b.Get([]byte(ns.Name)) != nil {
+			return fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
+		}
+		return put(b, ns.Name, r)
+	})
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	return r.namespace(ns.Name), nil
+}
+
+// UpdateNamespace replaces the settings (zero fields mean their defaults); a Start above the counter
+// advances it, and the counter never moves back.
+func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	advance := ns.Start
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	var out allocator.Namespace
+	err := s.update(ctx, func(b *bolt.Bucket) error {
+		r, err := get(b, ns.Name)
+		if err != nil {
+			return err
+		}
+		r.BlockSize, r.MaxBlockSize, r.LeaseTTLMS = ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds()
+		r.Next = max(r.Next, advance)
+		r.UpdatedUS = s.now().UnixMicro()
+		out = r.namespace(ns.Name)
+		return put(b, ns.Name, r)
+	})
+	return out, err
+}
+
+// Namespace returns a namespace and its counter.
+func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
+	if err := allocator.ValidateName(name); err != nil {
+		return allocator.Namespace{}, err
+	}
+	var out allocator.Namespace
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		r, err := get(b, name)
+		out = r.namespace(name)
+		return err
+	})
+	return out, err
+}
+
+// Namespaces lists every namespace sorted by name.
+func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
+	var out []allocator.Namespace
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		return b.ForEach(func(k, v []byte) error {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("embedded: namespace %q is corrupt: %w", k, err)
+			}
+			out = append(out, r.namespace(string(k)))
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
