@@ -1,0 +1,137 @@
+// Package api defines ticketd's wire format (HTTP API v1, and the CLI's JSON output): the JSON shapes
+// of blocks, ID lists, namespace settings and errors. IDs travel as decimal strings, because they pass
+// 2^53 and JSON numbers do not hold them in every language.
+package api
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Block is a leased block: IDs start + k*step for k in [0, size).
+type Block struct {
+	Namespace string     `json:"namespace"`
+	Start     string     `json:"start"`
+	Step      int64      `json:"step"`
+	Size      int64      `json:"size"`
+	Last      string     `json:"last"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Server    string     `json:"server"`
+}
+
+// FromBlock converts a block to its wire form.
+func FromBlock(b allocator.Block) Block {
+	last, _ := b.Last()
+	out := Block{Namespace: b.Namespace, Start: strconv.FormatInt(b.Start, 10), Step: b.Step, Size: b.Size,
+		Last: strconv.FormatInt(last, 10), Server: b.Server}
+	if !b.ExpiresAt.IsZero() {
+		t := b.ExpiresAt.UTC()
+		out.ExpiresAt = &t
+	}
+	return out
+}
+
+// ToBlock parses and checks a wire block: start, step and size must be positive, the last ID must fit in
+// an int64 and equal start + (size-1)*step.
+func (b Block) ToBlock() (allocator.Block, error) {
+	start, err := ParseID(b.Start)
+	if err != nil {
+		return allocator.Block{}, fmt.Errorf("block start: %w", err)
+	}
+	out := allocator.Block{Namespace: b.Namespace, Server: b.Server, Start: start, Step: b.Step, Size: b.Size}
+	if b.ExpiresAt != nil {
+		out.ExpiresAt = *b.ExpiresAt
+	}
+	if err := out.Validate(); err != nil {
+		return allocator.Block{}, err
+	}
+	last, _ := out.Last()
+	if b.Last != "" && b.Last != strconv.FormatInt(last, 10) {
+		return allocator.Block{}, fmt.Errorf("block last %q does not match start %s + (%d-1)×%d = %d", b.Last, b.Start, b.Size, b.Step, last)
+	}
+	return out, nil
+}
+
+// ParseID parses a decimal ID string: 1 to 19 digits, no sign, no spaces, at most MaxInt64.
+func ParseID(s string) (int64, error) {
+	if s == "" || len(s) > 19 {
+		return 0, fmt.Errorf("ID %q must be 1 to 19 decimal digits", truncate(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("ID %q must be decimal digits only", truncate(s))
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("ID %q is above 9223372036854775807", truncate(s))
+	}
+	return v, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// IDs is the answer to GET /v1/namespaces/{ns}/ids.
+type IDs struct {
+	Namespace string   `json:"namespace"`
+	IDs       []string `json:"ids"`
+}
+
+// BlockRequest is the body of POST /v1/namespaces/{ns}/blocks. A missing size means the namespace's
+// block size.
+type BlockRequest struct {
+	Size *int64 `json:"size,omitempty"`
+}
+
+// NamespaceSettings is the body of PUT /v1/namespaces/{ns}. Missing fields keep their current value on
+// update and take their default on create.
+type NamespaceSettings struct {
+	BlockSize    *int64  `json:"block_size,omitempty"`
+	MaxBlockSize *int64  `json:"max_block_size,omitempty"`
+	LeaseTTL     *string `json:"lease_ttl,omitempty"` // a Go duration, e.g. "10m"; "0s" means never
+	Start        *string `json:"start,omitempty"`     // decimal ID
+}
+
+// Namespace is a namespace as GET /v1/namespaces/{ns} shows it.
+type Namespace struct {
+	Name         string                  `json:"name"`
+	BlockSize    int64                   `json:"block_size"`
+	MaxBlockSize int64                   `json:"max_block_size"`
+	LeaseTTL     string                  `json:"lease_ttl"`
+	Start        string                  `json:"start"`
+	Servers      []allocator.ServerState `json:"servers"`
+}
+
+// FromNamespace converts a namespace to its wire form.
+func FromNamespace(ns allocator.Namespace) Namespace {
+	servers := ns.Servers
+	if servers == nil {
+		servers = []allocator.ServerState{}
+	}
+	return Namespace{Name: ns.Name, BlockSize: ns.BlockSize, MaxBlockSize: ns.MaxBlockSize,
+		LeaseTTL: ns.LeaseTTL.String(), Start: strconv.FormatInt(ns.Start, 10), Servers: servers}
+}
+
+// Namespaces is the answer to GET /v1/namespaces.
+type Namespaces struct {
+	Namespaces []Namespace `json:"namespaces"`
+}
+
+// Error is every error answer: {"error":{"code":"…","message":"…"}}.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody holds a snake_case code and a message that says what to do.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

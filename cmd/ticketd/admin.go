@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/api"
+)
+
+func init() {
+	register(commandInfo{name: "migrate", summary: "Create or upgrade the ticketd tables on every MySQL ticket server. Safe to run again.",
+		new: func() command { return &migrateCmd{} }})
+	register(commandInfo{name: "lease", args: "NAMESPACE",
+		summary: "Lease one block of IDs and print it as JSON (IDs as strings), the same shape as the HTTP API's block.",
+		new:     func() command { return &leaseCmd{} }})
+	register(commandInfo{name: "namespace", args: "create|get|list ...", summary: "Manage namespaces: create, get, list.",
+		new: func() command { return &namespaceHelpCmd{} }})
+	register(commandInfo{name: "namespace create", args: "NAME",
+		summary: "Create a namespace (an independent ID sequence) on every ticket server.",
+		new:     func() command { return &nsCreateCmd{} }})
+	register(commandInfo{name: "namespace get", args: "NAME",
+		summary: "Show a namespace's settings and each ticket server's counter.",
+		new:     func() command { return &nsGetCmd{} }})
+	register(commandInfo{name: "namespace list", summary: "List every namespace.",
+		new: func() command { return &nsListCmd{} }})
+}
+
+func (m *Main) printJSON(v any) error {
+	enc := json.NewEncoder(m.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func oneArg(args []string, what string) (string, error) {
+	if len(args) != 1 {
+		return "", usagef("want exactly one %s, got %d arguments", what, len(args))
+	}
+	if err := allocator.ValidateName(args[0]); err != nil {
+		return "", usageError{err.Error()}
+	}
+	return args[0], nil
+}
+
+type migrateCmd struct{ backendFlags }
+
+func (c *migrateCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+
+func (c *migrateCmd) run(ctx context.Context, m *Main, args []string) error {
+	if len(args) != 0 {
+		return usagef("migrate takes no arguments")
+	}
+	if c.mysql == "" {
+		fmt.Fprintln(m.Stdout, "the embedded store needs no migration; give --mysql to migrate ticket servers")
+		return nil
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	cfg := c.mysqlConfig(m.logger(), nil)
+	for _, dsn := range cfg.DSNs {
+		applied, err := mysql.MigrateDSN(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "%s: applied %d migration(s) %v\n", mysql.ServerName(dsn), len(applied), applied)
+	}
+	return nil
+}
+
+type leaseCmd struct {
+	backendFlags
+	size int64
+}
+
+func (c *leaseCmd) flags(fs *flag.FlagSet) {
+	c.register(fs)
+	fs.Var(int64Flag{&c.size, 0, allocator.MaxBlockSizeLimit}, "n", "`SIZE` of the block; 0 means the namespace's block size")
+}
+
+func (c *leaseCmd) run(ctx context.Context, m *Main, args []string) error {
+	ns, err := oneArg(args, "namespace")
+	if err != nil {
+		return err
+	}
+	b, err := c.open(ctx, m, m.logger(), nil)
+	if err != nil {
+		return err
+	}
+	lease := b.Lease
+	if c.createOnLease() {
+		lease = func(ctx context.Context, ns string, size int64) (allocator.Block, error) {
+			return allocator.LeaseOrCreate(ctx, b, ns, size)
+		}
+	}
+	blk, err := lease(ctx, ns, c.size)
+	if err != nil {
+		return err
+	}
+	return m.printJSON(api.FromBlock(blk))
+}
+
+type namespaceHelpCmd struct{}
+
+func (c *namespaceHelpCmd) flags(*flag.FlagSet) {}
+func (c *namespaceHelpCmd) run(context.Context, *Main, []string) error {
+	return usagef("want namespace create, get or list")
+}
+
+type nsCreateCmd struct {
+	backendFlags
+	blockSize, maxBlockSize, start int64
+	ttl                            time.Duration
+}
+
+func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
+	c.register(fs)
+	fs.Var(int64Flag{&c.blockSize, 0, allocator.MaxBlockSizeLimit}, "block-size", fmt.Sprintf("default lease size (0: %d)", allocator.DefaultBlockSize))
+	fs.Var(int64Flag{&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit}, "max-block-size", fmt.Sprintf("largest lease (0: %d)", allocator.DefaultMaxBlockSize))
+	fs.Var(int64Flag{&c.start, 0, math.MaxInt64}, "start", "lowest ID to issue, to begin above IDs a table already has (0: 1)")
+	fs.DurationVar(&c.ttl, "lease-ttl", 0, "how long a leased block may be used; 0 means forever")
+}
+
+func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
+	name, err := oneArg(args, "namespace name")
+	if err != nil {
+		return err
+	}
+	want := allocator.Namespace{Name: name, BlockSize: c.blockSize, MaxBlockSize: c.maxBlockSize, LeaseTTL: c.ttl, Start: c.start}
+	if err := want.WithDefaults().Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	b, err := c.open(ctx, m, m.logger(), nil)
+	if err != nil {
+		return err
+	}
+	ns, err := b.CreateNamespace(ctx, want)
+	if err != nil {
+		return err
+	}
+	return m.printJSON(api.FromNamespace(ns))
+}
+
+type nsGetCmd struct{ backendFlags }
+
+func (c *nsGetCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+
+func (c *nsGetCmd) run(ctx context.Context, m *Main, args []string) error {
+	name, err := oneArg(args, "namespace name")
+	if err != nil {
+		return err
+	}
+	b, err := c.open(ctx, m, m.logger(), nil)
+	if err != nil {
+		return err
+	}
+	ns, err := b.Namespace(ctx, name)
+	if err != nil {
+		return err
+	}
+	return m.printJSON(api.FromNamespace(ns))
+}
+
+type nsListCmd struct{ backendFlags }
+
+func (c *nsListCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+
+func (c *nsListCmd) run(ctx context.Context, m *Main, args []string) error {
+	if len(args) != 0 {
+		return usagef("namespace list takes no arguments")
+	}
+	b, err := c.open(ctx, m, m.logger(), nil)
+	if err != nil {
+		return err
+	}
+	list, err := b.Namespaces(ctx)
+	if err != nil {
+		return err
+	}
+	out := api.Namespaces{Namespaces: make([]api.Namespace, 0, len(list))}
+	for _, ns := range list {
+		out.Namespaces = append(out.Namespaces, api.FromNamespace(ns))
+	}
+	return m.printJSON(out)
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/embedded"
+	"github.com/ticketd/ticketd/allocator/mysql"
+)
+
+// envName is the environment variable that a flag falls back to: --data-dir reads TICKETD_DATA_DIR.
+// One-letter flags have none.
+func envName(flagName string) string {
+	if len(flagName) < 2 {
+		return ""
+	}
+	return "TICKETD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its environment variable, and names the
+// variable in the flag's help.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		if name == "" || given[f.Name] || err != nil {
+			return
+		}
+		if v := getenv(name); v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment %s=%q: %v", name, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+// describeEnv appends each flag's environment variable to its help text.
+func describeEnv(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if name := envName(f.Name); name != "" && !strings.Contains(f.Usage, "$"+name) {
+			f.Usage += " ($" + name + ")"
+		}
+	})
+}
+
+// backendFlags choose and open the ticket backend: the MySQL pair when --mysql is given, otherwise the
+// embedded store in --data-dir.
+type backendFlags struct {
+	mysql          string
+	dataDir        string
+	timeout        time.Duration
+	attemptTimeout time.Duration
+	migrate        bool
+	create         string
+}
+
+func (b *backendFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.mysql, "mysql", "", "comma-separated DSNs of the MySQL/MariaDB ticket servers, e.g. 'ticketd:pw@tcp(db-a:3306)/ticketd,ticketd:pw@tcp(db-b:3306)/ticketd'; empty uses the embedded store")
+	fs.StringVar(&b.dataDir, "data-dir", "ticketd-data", "directory of the embedded store, used when --mysql is empty")
+	fs.DurationVar(&b.timeout, "lease-timeout", 5*time.Second, "how long a lease may take, failover to the other ticket servers included")
+	fs.DurationVar(&b.attemptTimeout, "attempt-timeout", 2*time.Second, "how long one attempt on one ticket server may take")
+	fs.StringVar(&b.create, "create-namespaces", "auto", "create a missing namespace with default settings at its first lease: on, off, or auto (on for the embedded store, off with --mysql)")
+	fs.BoolVar(&b.migrate, "auto-migrate", false, "apply the schema on each ticket server when it is first checked (otherwise run 'ticketd migrate' once)")
+}
+
+func (b *backendFlags) validate() error {
+	if b.timeout < 10*time.Millisecond || b.timeout > 10*time.Minute {
+		return usagef("--lease-timeout %s must be between 10ms and 10m", b.timeout)
+	}
+	if b.attemptTimeout < 10*time.Millisecond || b.attemptTimeout > b.timeout {
+		return usagef("--attempt-timeout %s must be between 10ms and --lease-timeout (%s)", b.attemptTimeout, b.timeout)
+	}
+	switch b.create {
+	case "auto", "on", "off":
+	default:
+		return usagef("--create-namespaces %q must be on, off or auto", b.create)
+	}
+	if b.mysql == "" && strings.TrimSpace(b.dataDir) == "" {
+		return usagef("--data-dir must not be empty when --mysql is not given")
+	}
+	return nil
+}
+
+func (b *backendFlags) dsns() []string {
+	var out []string
+	for _, d := range strings.Split(b.mysql, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// createOnLease reports whether a lease may create its namespace.
+func (b *backendFlags) createOnLease() bool {
+	return b.create == "on" || (b.create == "auto" && b.mysql == "")
+}
+
+// mysqlConfig is the pair's configuration from the flags.
+func (b *backendFlags) mysqlConfig(logger *slog.Logger, obs allocator.Observer) mysql.Config {
+	return mysql.Config{DSNs: b.dsns(), Timeout: b.timeout, AttemptTimeout: b.attemptTimeout,
+		Migrate: b.migrate, Logger: logger, Observer: obs}
+}
+
+// open opens the chosen backend and registers it to be closed with m.
+func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, obs allocator.Observer) (allocator.Backend, error) {
+	if err := b.validate(); err != nil {
+		return nil, err
+	}
+	var be allocator.Backend
+	if b.mysql != "" {
+		p, err := mysql.Open(ctx, b.mysqlConfig(logger, obs))
+		if err != nil {
+			return nil, err
+		}
+		be = p
+	} else {
+		s, err := embedded.Open(embedded.Config{Dir: b.dataDir})
+		if err != nil {
+			return nil, err
+		}
+		be = s
+	}
+	m.onClose(be.Close)
+	return be, nil
+}
+
+// int64Flag is an int64 flag that rejects values outside [min, max] with a message naming the range.
+type int64Flag struct {
+	v        *int64
+	min, max int64
+}
+
+func (f int64Flag) String() string {
+	if f.v == nil {
+		return "0"
+	}
+	return fmt.Sprint(*f.v)
+}
+
+func (f int64Flag) Set(s string) error {
+	var v int64
+	if _, err := fmt.Sscan(s, &v); err != nil || fmt.Sprint(v) != strings.TrimPrefix(s, "+") {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	if v < f.min || v > f.max {
+		return fmt.Errorf("%d is outside %d..%d", v, f.min, f.max)
+	}
+	*f.v = v
+	return nil
+}

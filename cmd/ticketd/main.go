@@ -1,0 +1,237 @@
+// Command ticketd hands out unique 64-bit IDs in leased blocks, from a Flickr-style pair of MySQL ticket
+// servers or, with no server configured, from an embedded single-file store.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain()
+	err := m.ParseFlags(ctx, os.Args[1:])
+	if err == nil {
+		err = m.Run(ctx)
+	}
+	if cerr := m.Close(); err == nil {
+		err = cerr
+	}
+	os.Exit(m.exitCode(err))
+}
+
+// Main is the ticketd program: parse flags, run the chosen subcommand, close. Tests drive it in-process.
+type Main struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads TICKETD_* fallbacks for flags. Default os.Getenv.
+	Getenv func(string) string
+
+	cmd     command
+	args    []string
+	closers []func() error
+}
+
+// NewMain returns a Main on the process's stdout, stderr and environment.
+func NewMain() *Main {
+	return &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+}
+
+// command is one subcommand.
+type command interface {
+	// flags registers the subcommand's flags.
+	flags(fs *flag.FlagSet)
+	// run runs it with the positional arguments left after the flags.
+	run(ctx context.Context, m *Main, args []string) error
+}
+
+type commandInfo struct {
+	name, args, summary string
+	new                 func() command
+}
+
+// commands lists every subcommand; each file adds its own in init.
+var commands = map[string]commandInfo{}
+
+func register(c commandInfo) { commands[c.name] = c }
+
+// usageError is an error in how ticketd was called: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// errHelp means --help was shown: exit status 0.
+var errHelp = errors.New("help shown")
+
+// ParseFlags chooses the subcommand and parses its flags, with TICKETD_* environment fallbacks.
+func (m *Main) ParseFlags(_ context.Context, args []string) error {
+	if m.Getenv == nil {
+		m.Getenv = os.Getenv
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		m.usage()
+		if len(args) == 0 {
+			return usagef("no command given")
+		}
+		return errHelp
+	}
+	name := args[0]
+	info, ok := commands[name]
+	if !ok {
+		m.usage()
+		return usagef("unknown command %q", name)
+	}
+	if name == "namespace" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		sub, ok := commands["namespace "+args[1]]
+		if !ok {
+			return usagef("unknown command %q (want namespace create, get, list or adopt)", "namespace "+args[1])
+		}
+		info, name, args = sub, "namespace "+args[1], args[1:]
+	}
+	cmd := info.new()
+	fs := flag.NewFlagSet("ticketd "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parse errors are reported once, by exitCode
+	cmd.flags(fs)
+	describeEnv(fs)
+	if err := fs.Parse(interleave(fs, args[1:])); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(m.Stderr, "usage: ticketd %s [flags] %s\n\n%s\n\nFlags (each also read from the environment variable shown):\n", name, info.args, info.summary)
+			fs.SetOutput(m.Stderr)
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return usagef("%s: %v", name, err)
+	}
+	if err := applyEnv(fs, m.Getenv); err != nil {
+		return usageError{err.Error()}
+	}
+	m.cmd, m.args = cmd, fs.Args()
+	return nil
+}
+
+// interleave moves flags that follow positional arguments in front of them, so that both
+// `ticketd lease orders -n 10` and `ticketd lease -n 10 orders` work.
+func interleave(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	return append(flags, pos...)
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Run runs the chosen subcommand.
+func (m *Main) Run(ctx context.Context) error {
+	if m.cmd == nil {
+		return usagef("no command parsed")
+	}
+	return m.cmd.run(ctx, m, m.args)
+}
+
+// onClose registers cleanup for Close.
+func (m *Main) onClose(f func() error) { m.closers = append(m.closers, f) }
+
+// Close releases what Run opened, last first. Safe to call twice.
+func (m *Main) Close() error {
+	var errs []error
+	for i := len(m.closers) - 1; i >= 0; i-- {
+		errs = append(errs, m.closers[i]())
+	}
+	m.closers = nil
+	return errors.Join(errs...)
+}
+
+func (m *Main) exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(m.Stderr, "ticketd: %s (see ticketd --help)\n", ue.msg)
+		return 2
+	default:
+		fmt.Fprintf(m.Stderr, "ticketd: %s%s\n", oneLine(err), hint(err))
+		return 1
+	}
+}
+
+// hint says what to do about the commonest errors.
+func hint(err error) string {
+	switch {
+	case errors.Is(err, allocator.ErrNotFound):
+		return " (create it with: ticketd namespace create NAME)"
+	case errors.Is(err, allocator.ErrExists):
+		return " (see it with: ticketd namespace get NAME)"
+	case errors.Is(err, allocator.ErrUnavailable):
+		return " (check that the ticket servers in --mysql are running and reachable)"
+	}
+	return ""
+}
+
+// oneLine joins a multi-line error (errors.Join) into one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
+
+func (m *Main) usage() {
+	fmt.Fprintln(m.Stderr, "ticketd: unique 64-bit IDs in leased blocks, the Flickr way.\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := commands[n]
+		if n == "namespace" {
+			continue
+		}
+		fmt.Fprintf(m.Stderr, "  %-18s %s\n", n, firstSentence(c.summary))
+	}
+	fmt.Fprintln(m.Stderr, "\nRun `ticketd COMMAND --help` for a command's flags.")
+}
+
+func firstSentence(s string) string {
+	if i := strings.Index(s, ". "); i >= 0 {
+		return s[:i+1]
+	}
+	return s
+}
+
+// logger returns the logger for CLI subcommands: text, warnings and errors, on stderr.
+func (m *Main) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
