@@ -30,6 +30,9 @@ var (
 	ErrOutOfRange = errors.New("allocator: index out of block range")
 	// ErrMisconfigured means a ticket server's settings could issue duplicate IDs; it is refused.
 	ErrMisconfigured = errors.New("allocator: ticket server misconfigured")
+	// ErrFenced means a ticket server's counter is below the high-water mark its peer recorded, as after
+	// a restore from an old backup; it serves nothing until repaired.
+	ErrFenced = errors.New("allocator: ticket server fenced")
 	// ErrClosed means the backend has been closed.
 	ErrClosed = errors.New("allocator: backend closed")
 )
@@ -170,6 +173,9 @@ type ServerHealth struct {
 	Healthy bool   `json:"healthy"`
 	Step    int64  `json:"step"`
 	Offset  int64  `json:"offset"`
+	// Fenced means the server answers but its counter is below what a peer recorded (a restored backup):
+	// no lease comes from it until an operator repairs it. Error says which namespaces and how.
+	Fenced bool `json:"fenced,omitempty"`
 	// Error says why the server is not usable; empty when it is.
 	Error string `json:"error,omitempty"`
 }

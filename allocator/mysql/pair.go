@@ -39,6 +39,9 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// ProbeInterval is how often a background check retries servers that are down. Default 1s.
 	ProbeInterval time.Duration
+	// WatermarkInterval is how often each server's high-water marks are written to its peers (the
+	// restored-backup guard); they are also written on Close. Default 2s.
+	WatermarkInterval time.Duration
 	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
 	SettingsTTL time.Duration
 	// MaxConns bounds each server's connection pool. Default 32.
@@ -69,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = time.Second
+	}
+	if c.WatermarkInterval == 0 {
+		c.WatermarkInterval = 2 * time.Second
 	}
 	if c.SettingsTTL == 0 {
 		c.SettingsTTL = 2 * time.Second
@@ -153,11 +159,16 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 			p.closeDBs()
 			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
 		}
-		db := sql.OpenDB(conn)
-		db.SetMaxOpenConns(cfg.MaxConns)
-		db.SetMaxIdleConns(cfg.MaxConns)
-		db.SetConnMaxLifetime(30 * time.Minute)
-		p.servers = append(p.servers, &server{name: name, db: db, pair: p})
+		s := &server{name: name, pair: p}
+		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
+		s.db.SetMaxOpenConns(cfg.MaxConns)
+		s.db.SetMaxIdleConns(cfg.MaxConns)
+		s.db.SetConnMaxLifetime(30 * time.Minute)
+		s.ctl = sql.OpenDB(conn)
+		s.ctl.SetMaxOpenConns(4)
+		s.ctl.SetMaxIdleConns(2)
+		s.ctl.SetConnMaxLifetime(30 * time.Minute)
+		p.servers = append(p.servers, s)
 	}
 
 	// Check every server in parallel; a server that does not answer is left for later.
@@ -195,7 +206,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		p.closeDBs()
 		return nil, fmt.Errorf("%w: none of %s answered: %w", allocator.ErrUnavailable, p.names(), errors.Join(errs...))
 	}
-	admitted := 0
+	fenced := 0
 	for _, s := range p.servers {
 		if !s.inspected() {
 			continue
@@ -203,7 +214,9 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		err := s.admit(ctx)
 		switch {
 		case err == nil:
-			admitted++
+		case errors.Is(err, allocator.ErrFenced):
+			s.markDown(err)
+			fenced++
 		case errors.Is(err, allocator.ErrMisconfigured):
 			p.closeDBs()
 			return nil, err
@@ -212,21 +225,34 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 			s.markDown(err)
 		}
 	}
-	if admitted == 0 {
+	// Servers admitted early could not see the rows of those admitted after them, nor their water marks.
+	usable := 0
+	for _, s := range p.servers {
+		if !s.usable() {
+			continue
+		}
+		if err := s.syncFromPeers(ctx, nil); err != nil {
+			cfg.Logger.Warn("could not copy namespace rows from the other servers", "server", s.name, "err", err)
+		}
+		if err := p.checkFence(ctx, s); err != nil {
+			s.markDown(err)
+			if errors.Is(err, allocator.ErrFenced) {
+				fenced++
+			}
+			continue
+		}
+		usable++
+	}
+	// A fenced server does not stop the process: it serves from the others, and says why it is not
+	// ready, so that an operator can look and repair.
+	if usable+fenced == 0 {
 		p.closeDBs()
 		return nil, fmt.Errorf("%w: no ticket server of %s passed its checks", allocator.ErrUnavailable, p.names())
 	}
-	// Servers admitted early could not see the rows of those admitted after them.
-	for _, s := range p.servers {
-		if s.usable() {
-			if err := s.syncFromPeers(ctx, nil); err != nil {
-				cfg.Logger.Warn("could not copy namespace rows from the other servers", "server", s.name, "err", err)
-			}
-		}
-	}
 	p.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
-	p.wg.Add(1)
-	go p.probe()
+	p.wg.Add(2)
+	go p.every(p.cfg.ProbeInterval, p.probe)
+	go p.every(p.cfg.WatermarkInterval, p.recordWatermarks)
 	return p, nil
 }
 
@@ -270,24 +296,36 @@ func (p *Pair) crossCheck(candidate *server) error {
 	return errors.Join(errs...)
 }
 
-// probe retries servers that are down, so that health (and /readyz) recovers without lease traffic.
+// probe retries servers that are down, so that health (and /readyz) recovers without lease traffic, and
+// pings the servers that are up: a server that restarted is only reached through new connections, and
+// each new connection is verified (see verifyingConnector), so a restart — or a restore — is noticed
+// even when no lease is asking.
 func (p *Pair) probe() {
+	for _, s := range p.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
+		switch {
+		case s.usable():
+			if err := s.db.PingContext(ctx); err != nil && !p.closed.Load() {
+				s.markDown(err)
+			}
+		case s.due(p.cfg.now()):
+			_ = s.revive(ctx)
+		}
+		cancel()
+	}
+}
+
+// every runs fn every d until the pair closes.
+func (p *Pair) every(d time.Duration, fn func()) {
 	defer p.wg.Done()
-	t := time.NewTicker(p.cfg.ProbeInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-p.done:
 			return
 		case <-t.C:
-		}
-		for _, s := range p.servers {
-			if s.usable() || !s.due(p.cfg.now()) {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
-			_ = s.revive(ctx)
-			cancel()
+			fn()
 		}
 	}
 }
@@ -298,6 +336,11 @@ func (p *Pair) Close() error {
 		p.closed.Store(true)
 		close(p.done)
 		p.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
+		if err := p.writeWatermarks(ctx); err != nil {
+			p.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
+		}
+		cancel()
 		p.closeDBs()
 	})
 	return nil
@@ -306,6 +349,7 @@ func (p *Pair) Close() error {
 func (p *Pair) closeDBs() {
 	for _, s := range p.servers {
 		_ = s.db.Close()
+		_ = s.ctl.Close()
 	}
 }
 
@@ -705,7 +749,7 @@ func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 // Migrate applies the schema on every server; all must answer.
 func (p *Pair) Migrate(ctx context.Context) error {
 	for _, s := range p.servers {
-		if _, err := schema.Migrate(ctx, s.db); err != nil {
+		if _, err := schema.Migrate(ctx, s.ctl); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}

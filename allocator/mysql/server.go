@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -31,8 +32,13 @@ type serverVars struct {
 // server is one ticket server and what the pair knows of it. Safe for concurrent use.
 type server struct {
 	name string
-	db   *sql.DB
+	db   *sql.DB // leases; every new connection is verified first (see verifySince)
+	ctl  *sql.DB // checks, settings and water marks; never hooked, so checks cannot deadlock on db
 	pair *Pair
+
+	verifyMu   sync.Mutex // one verification at a time
+	verifiedAt time.Time  // when the last successful verification started
+	verifiedOK bool
 
 	reviving sync.Mutex // one revival at a time
 
@@ -44,6 +50,9 @@ type server struct {
 	retryAt   time.Time
 	lastErr   error
 	downSince time.Time
+	fenced    []string // namespaces below a peer's water mark
+
+	marks marks // highest counters seen here, for the peers' water marks
 }
 
 func (s *server) vars() (serverVars, bool) {
@@ -73,7 +82,7 @@ func (s *server) due(now time.Time) bool {
 func (s *server) health() allocator.ServerHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := allocator.ServerHealth{Name: s.name, Healthy: s.up, Step: s.v.increment, Offset: s.v.offset}
+	h := allocator.ServerHealth{Name: s.name, Healthy: s.up, Step: s.v.increment, Offset: s.v.offset, Fenced: len(s.fenced) > 0}
 	if !s.up {
 		h.Error = "not checked yet"
 		if s.lastErr != nil {
@@ -117,21 +126,14 @@ func (s *server) markUp() {
 	s.mu.Unlock()
 }
 
-// revive checks a down server again (variables, peers, rows) and puts it back in rotation.
+// revive checks a down server again (variables, peers, rows, water marks) and puts it back in rotation.
 func (s *server) revive(ctx context.Context) error {
 	s.reviving.Lock()
 	defer s.reviving.Unlock()
 	if s.usable() {
 		return nil
 	}
-	err := s.inspect(ctx)
-	if err == nil {
-		err = s.pair.crossCheck(s)
-	}
-	if err == nil {
-		err = s.admit(ctx)
-	}
-	if err != nil {
+	if err := s.admit(ctx); err != nil {
 		s.markDown(err)
 		return err
 	}
@@ -142,6 +144,56 @@ func (s *server) revive(ctx context.Context) error {
 	return nil
 }
 
+// verifyingConnector checks the server behind every new lease connection before the connection is used.
+// A server that restarted — perhaps restored from a backup, perhaps with other settings — is only
+// reached through new connections, so this is where a stale view of it is caught (the lesson of Vitess's
+// overlapping sequences after a failover).
+type verifyingConnector struct {
+	driver.Connector
+	s *server
+}
+
+func (c verifyingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.s.verifySince(ctx, time.Now()); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// verifySince makes sure a verification that started after t has passed, running one if needed.
+// Connections opened together share one verification.
+func (s *server) verifySince(ctx context.Context, t time.Time) error {
+	s.verifyMu.Lock()
+	defer s.verifyMu.Unlock()
+	if s.verifiedOK && s.verifiedAt.After(t) {
+		return nil
+	}
+	start := time.Now()
+	err := s.verify(ctx)
+	s.verifiedAt, s.verifiedOK = start, err == nil
+	if err != nil {
+		s.markDown(err)
+	}
+	return err
+}
+
+// verify runs every check a server must pass before it serves: its settings, its settings against the
+// servers in rotation, its namespace rows, and its counters against the water marks its peers hold.
+func (s *server) verify(ctx context.Context) error {
+	if err := s.inspect(ctx); err != nil {
+		return err
+	}
+	if err := s.pair.crossCheck(s); err != nil {
+		return err
+	}
+	return s.checkRows(ctx)
+}
+
 // inspect reads and checks the server's own settings. A misconfiguration is ErrMisconfigured; a
 // server that does not answer returns its connection error.
 func (s *server) inspect(ctx context.Context) error {
@@ -149,7 +201,7 @@ func (s *server) inspect(ctx context.Context) error {
 	defer cancel()
 	var v serverVars
 	var logBin int64
-	err := s.db.QueryRowContext(ctx, `SELECT @@auto_increment_increment, @@auto_increment_offset,
+	err := s.ctl.QueryRowContext(ctx, `SELECT @@auto_increment_increment, @@auto_increment_offset,
 		@@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, @@version`).
 		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version)
 	if err != nil {
@@ -181,13 +233,25 @@ func (s *server) inspect(ctx context.Context) error {
 	return nil
 }
 
-// admit runs the checks that need the schema (every namespace row matches this server's increment and
-// offset), creates rows that were made while the server was down, and puts the server in rotation.
+// admit verifies the server afresh and puts it in rotation.
 func (s *server) admit(ctx context.Context) error {
+	if err := s.verifySince(ctx, time.Now()); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.up, s.failures, s.lastErr = true, 0, nil
+	s.mu.Unlock()
+	return nil
+}
+
+// checkRows runs the checks that need the schema (every namespace row matches this server's increment
+// and offset), creates rows that were made while the server was down, and compares the counters with
+// the peers' water marks.
+func (s *server) checkRows(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*s.pair.cfg.AttemptTimeout)
 	defer cancel()
 	if s.pair.cfg.Migrate {
-		if _, err := schema.Migrate(ctx, s.db); err != nil {
+		if _, err := schema.Migrate(ctx, s.ctl); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
@@ -215,10 +279,7 @@ func (s *server) admit(ctx context.Context) error {
 	if err := s.syncFromPeers(ctx, mine); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.up, s.failures, s.lastErr = true, 0, nil
-	s.mu.Unlock()
-	return nil
+	return s.pair.checkFence(ctx, s)
 }
 
 // syncFromPeers creates the rows of namespaces that the servers in rotation have and this one lacks
@@ -279,7 +340,7 @@ func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
 }
 
 func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name")
+	rows, err := s.ctl.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name")
 	if err != nil {
 		if isNoSuchTable(err) {
 			return nil, &missingSchemaError{err}
@@ -299,7 +360,7 @@ func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
 }
 
 func (s *server) readRow(ctx context.Context, name string) (rowSettings, error) {
-	r, err := scanRow(s.db.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ?", name))
+	r, err := scanRow(s.ctl.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ?", name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRowMissing
 	}
@@ -333,7 +394,12 @@ func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) 
 		return allocator.Block{}, fmt.Errorf("%w: %s returned counter %d, not ≡ offset %d (mod %d); namespace %q's row was changed outside ticketd",
 			allocator.ErrMisconfigured, s.name, end, v.offset, v.increment, ns.Name)
 	}
-	return allocator.BlockEnding(ns.Name, s.name, end, v.increment, size, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
+	blk, err := allocator.BlockEnding(ns.Name, s.name, end, v.increment, size, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
+	if err != nil {
+		return blk, err
+	}
+	s.marks.observe(ns.Name, end)
+	return blk, nil
 }
 
 // whyNoLease explains an UPDATE that matched no row.
@@ -356,7 +422,7 @@ func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, nowUS in
 	if !ok {
 		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, ns.Start, s.name, v.offset, v.increment)
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
+	res, err := s.ctl.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
 		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, created_us, updated_us)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), nowUS, nowUS)
@@ -387,7 +453,7 @@ func (s *server) updateRow(ctx context.Context, ns allocator.Namespace, advance,
 		}
 		floor = f
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE ticketd_namespaces SET block_size = ?, max_block_size = ?, lease_ttl_ms = ?,
+	res, err := s.ctl.ExecContext(ctx, `UPDATE ticketd_namespaces SET block_size = ?, max_block_size = ?, lease_ttl_ms = ?,
 		updated_us = ?, next_id = GREATEST(next_id, ?) WHERE name = ?`,
 		ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), nowUS, floor, ns.Name)
 	if err != nil {

@@ -1,0 +1,153 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func healthOf(p *Pair, name string) allocator.ServerHealth {
+	for _, h := range p.Health() {
+		if h.Name == name {
+			return h
+		}
+	}
+	return allocator.ServerHealth{}
+}
+
+// TestRestoredBackupIsFenced copies B's data directory, draws IDs, stops B, puts the old copy back and
+// starts B again: B's counter went back, so the pair fences it — no ID is issued twice — and reports
+// it, in this process and in a new one; Repair advances B past the water mark and it serves again.
+func TestRestoredBackupIsFenced(t *testing.T) {
+	pair := testenv.PrivatePair(t)
+	for _, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+	}
+	dsns := []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}
+	tweak := func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond }
+	p := openPair(t, dsns, tweak)
+	ctx := context.Background()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	nameB := p.Servers()[1]
+	var blocks []allocator.Block
+	lease := func(n int) {
+		t.Helper()
+		for range n {
+			b, err := p.Lease(ctx, "orders", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks = append(blocks, b)
+		}
+	}
+	lease(10)
+
+	// The backup: a cold copy of B's data directory.
+	if err := pair[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	backup := pair[1].DataDir() + ".bak"
+	if out, err := exec.Command("cp", "-a", pair[1].DataDir(), backup).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v %s", err, out)
+	}
+	if err := pair[1].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B back in rotation", func() bool { return healthOf(p, nameB).Healthy })
+	lease(200) // B issues IDs the backup does not know about
+	var highestB int64
+	for _, b := range blocks {
+		if last, _ := b.Last(); b.Server == nameB && last > highestB {
+			highestB = last
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a few water-mark rounds
+
+	// The restore.
+	if err := pair[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(pair[1].DataDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(backup, pair[1].DataDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pair[1].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B fenced", func() bool { return healthOf(p, nameB).Fenced })
+	h := healthOf(p, nameB)
+	if h.Healthy || !strings.Contains(h.Error, "ticketd repair orders --server "+nameB) || !strings.Contains(h.Error, "restored from an old backup") {
+		t.Fatalf("health of the restored server: %+v", h)
+	}
+	lease(100)
+	for _, b := range blocks[210:] {
+		if b.Server == nameB {
+			t.Fatalf("the fenced server issued %v", b)
+		}
+	}
+
+	// A new process sees the fence too: the marks are in A's table, not only in memory.
+	p2 := openPair(t, dsns, tweak)
+	if h := healthOf(p2, nameB); !h.Fenced || h.Healthy {
+		t.Fatalf("a fresh pair does not fence the restored server: %+v", h)
+	}
+	if _, err := p2.Lease(ctx, "orders", 10); err != nil {
+		t.Fatalf("the healthy server must keep serving: %v", err)
+	}
+
+	res, err := p2.Repair(ctx, "orders", nameB, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Watermark <= highestB || res.After <= res.Watermark || res.Before >= res.Watermark {
+		t.Fatalf("repair %+v; B's highest issued ID was %d", res, highestB)
+	}
+	waitFor(t, "B serving after repair", func() bool { return healthOf(p2, nameB).Healthy })
+	for range 20 {
+		b, err := p2.Lease(ctx, "orders", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b)
+		if b.Server == nameB && b.Start <= highestB {
+			t.Fatalf("after repair B issued %v, not above %d", b, highestB)
+		}
+	}
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRepairNamesTheServers(t *testing.T) {
+	p := openPair(t, testenv.Pair(t), nil)
+	_, err := p.Repair(context.Background(), "orders", "nosuch:1", 0)
+	if err == nil || !strings.Contains(err.Error(), "no ticket server named") {
+		t.Fatalf("Repair on an unknown server: %v", err)
+	}
+	if _, err := p.Repair(context.Background(), "Bad", p.Servers()[0], 0); !errors.Is(err, allocator.ErrInvalidNamespace) {
+		t.Fatalf("Repair with a bad name: %v", err)
+	}
+}
