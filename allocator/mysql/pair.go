@@ -120,56 +120,11 @@ var _ allocator.HealthReporter = (*Pair)(nil)
 // servers could issue the same ID. Servers that are down are checked when they come back, before
 // their first lease. Open fails with ErrUnavailable when no server is reachable.
 func Open(ctx context.Context, cfg Config) (*Pair, error) {
-	cfg = cfg.withDefaults()
-	if len(cfg.DSNs) == 0 {
-		return nil, fmt.Errorf("mysql: no ticket server DSN given")
+	p, err := build(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
-		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
-	}
-	p := &Pair{cfg: cfg, settings: map[string]cachedSettings{}, done: make(chan struct{})}
-	seen := map[string]bool{}
-	for i, dsn := range cfg.DSNs {
-		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
-		if err != nil {
-			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %d: bad DSN: %w", i+1, err)
-		}
-		name := mc.Addr
-		if len(cfg.Names) > 0 {
-			name = cfg.Names[i]
-		}
-		if seen[name] {
-			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %q is listed twice; each ticket server once", name)
-		}
-		seen[name] = true
-		mc.InterpolateParams = true // one round trip per lease (no prepare/execute/close)
-		if mc.Timeout == 0 {
-			mc.Timeout = cfg.AttemptTimeout
-		}
-		if mc.ReadTimeout == 0 {
-			mc.ReadTimeout = 2 * cfg.AttemptTimeout
-		}
-		if mc.WriteTimeout == 0 {
-			mc.WriteTimeout = 2 * cfg.AttemptTimeout
-		}
-		conn, err := mysql.NewConnector(mc)
-		if err != nil {
-			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
-		}
-		s := &server{name: name, pair: p}
-		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
-		s.db.SetMaxOpenConns(cfg.MaxConns)
-		s.db.SetMaxIdleConns(cfg.MaxConns)
-		s.db.SetConnMaxLifetime(30 * time.Minute)
-		s.ctl = sql.OpenDB(conn)
-		s.ctl.SetMaxOpenConns(4)
-		s.ctl.SetMaxIdleConns(2)
-		s.ctl.SetConnMaxLifetime(30 * time.Minute)
-		p.servers = append(p.servers, s)
-	}
+	cfg = p.cfg
 
 	// Check every server in parallel; a server that does not answer is left for later.
 	errs := make([]error, len(p.servers))
@@ -268,32 +223,15 @@ func (p *Pair) names() string {
 // inspected servers when candidate is nil, at Open): one increment for all, a distinct offset each, and
 // an increment no smaller than the number of servers.
 func (p *Pair) crossCheck(candidate *server) error {
-	var errs []error
-	byOffset := map[int64]string{}
-	var incServer string
-	var inc int64
+	var list []namedVars
 	for _, s := range p.servers {
 		v, ok := s.vars()
 		if !ok || (candidate != nil && s != candidate && !s.usable()) {
 			continue
 		}
-		if incServer == "" {
-			incServer, inc = s.name, v.increment
-		} else if v.increment != inc {
-			errs = append(errs, fmt.Errorf("%w: auto_increment_increment is %d on %s but %d on %s; set the same increment (at least %d) on every ticket server",
-				allocator.ErrMisconfigured, inc, incServer, v.increment, s.name, len(p.servers)))
-		}
-		if other, dup := byOffset[v.offset]; dup {
-			errs = append(errs, fmt.Errorf("%w: %s and %s share auto_increment_offset %d and would issue the same IDs; give each server its own offset (1..%d)",
-				allocator.ErrMisconfigured, other, s.name, v.offset, len(p.servers)))
-		}
-		byOffset[v.offset] = s.name
-		if v.increment < int64(len(p.servers)) {
-			errs = append(errs, fmt.Errorf("%w: auto_increment_increment is %d on %s, below the %d ticket servers configured; set it to at least %d",
-				allocator.ErrMisconfigured, v.increment, s.name, len(p.servers), len(p.servers)))
-		}
+		list = append(list, namedVars{s.name, v})
 	}
-	return errors.Join(errs...)
+	return errors.Join(crossProblems(list, len(p.servers))...)
 }
 
 // probe retries servers that are down, so that health (and /readyz) recovers without lease traffic, and
@@ -834,3 +772,59 @@ func MigrateDSN(ctx context.Context, dsn string) ([]int, error) {
 	}
 	return applied, nil
 }
+
+// build makes a Pair with a connection pool per server and checks nothing.
+func build(cfg Config) (*Pair, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.DSNs) == 0 {
+		return nil, fmt.Errorf("mysql: no ticket server DSN given")
+	}
+	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
+		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
+	}
+	p := &Pair{cfg: cfg, settings: map[string]cachedSettings{}, done: make(chan struct{})}
+	seen := map[string]bool{}
+	for i, dsn := range cfg.DSNs {
+		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
+		if err != nil {
+			p.closeDBs()
+			return nil, fmt.Errorf("mysql: server %d: bad DSN: %w", i+1, err)
+		}
+		name := mc.Addr
+		if len(cfg.Names) > 0 {
+			name = cfg.Names[i]
+		}
+		if seen[name] {
+			p.closeDBs()
+			return nil, fmt.Errorf("mysql: server %q is listed twice; each ticket server once", name)
+		}
+		seen[name] = true
+		mc.InterpolateParams = true // one round trip per lease (no prepare/execute/close)
+		if mc.Timeout == 0 {
+			mc.Timeout = cfg.AttemptTimeout
+		}
+		if mc.ReadTimeout == 0 {
+			mc.ReadTimeout = 2 * cfg.AttemptTimeout
+		}
+		if mc.WriteTimeout == 0 {
+			mc.WriteTimeout = 2 * cfg.AttemptTimeout
+		}
+		conn, err := mysql.NewConnector(mc)
+		if err != nil {
+			p.closeDBs()
+			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
+		}
+		s := &server{name: name, pair: p}
+		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
+		s.db.SetMaxOpenConns(cfg.MaxConns)
+		s.db.SetMaxIdleConns(cfg.MaxConns)
+		s.db.SetConnMaxLifetime(30 * time.Minute)
+		s.ctl = sql.OpenDB(conn)
+		s.ctl.SetMaxOpenConns(4)
+		s.ctl.SetMaxIdleConns(2)
+		s.ctl.SetConnMaxLifetime(30 * time.Minute)
+		p.servers = append(p.servers, s)
+	}
+	return p, nil
+}
+

@@ -199,29 +199,11 @@ func (s *server) verify(ctx context.Context) error {
 func (s *server) inspect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.pair.cfg.AttemptTimeout)
 	defer cancel()
-	var v serverVars
-	var logBin int64
-	err := s.ctl.QueryRowContext(ctx, `SELECT @@auto_increment_increment, @@auto_increment_offset,
-		@@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, @@version`).
-		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version)
+	v, err := readVars(ctx, s.ctl)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.name, err)
 	}
-	v.logBin = logBin == 1
-	var errs []error
-	if v.flushAtCommit != 1 {
-		errs = append(errs, fmt.Errorf("%w: innodb_flush_log_at_trx_commit is %d on %s: a crash could roll the counter back and reissue IDs; set innodb_flush_log_at_trx_commit=1",
-			allocator.ErrMisconfigured, v.flushAtCommit, s.name))
-	}
-	if v.logBin && v.syncBinlog != 1 {
-		errs = append(errs, fmt.Errorf("%w: the binary log is on and sync_binlog is %d on %s: after a crash a replica or restore could miss leases and reissue IDs; set sync_binlog=1",
-			allocator.ErrMisconfigured, v.syncBinlog, s.name))
-	}
-	if v.offset < 1 || v.offset > v.increment {
-		errs = append(errs, fmt.Errorf("%w: auto_increment_offset %d on %s is outside 1..auto_increment_increment (%d), where MySQL ignores it; set an offset in 1..%d",
-			allocator.ErrMisconfigured, v.offset, s.name, v.increment, v.increment))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(v.problems(s.name)...); err != nil {
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()

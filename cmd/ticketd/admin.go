@@ -143,6 +143,9 @@ func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
+	if full, err := b.Namespace(ctx, name); err == nil {
+		ns = full // with each server's counter
+	}
 	return m.printJSON(api.FromNamespace(ns))
 }
 

@@ -1,0 +1,185 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/schema"
+)
+
+// Diagnosis is what Diagnose found on every configured ticket server.
+type Diagnosis struct {
+	Servers    []ServerDiagnosis
+	Namespaces []NamespaceDiagnosis
+	// Problems would make ticketd refuse a server, fence it, or risk duplicates; each says how to fix it.
+	Problems []string
+	// Notes are worth knowing but harmless.
+	Notes []string
+}
+
+// OK reports whether no problem was found.
+func (d Diagnosis) OK() bool { return len(d.Problems) == 0 }
+
+// ServerDiagnosis is one server's settings.
+type ServerDiagnosis struct {
+	Name          string
+	Reachable     bool
+	Error         string
+	Version       string
+	Increment     int64
+	Offset        int64
+	FlushAtCommit int64
+	LogBin        bool
+	SyncBinlog    int64
+	Schema        int // highest migration applied; 0 when none
+}
+
+// NamespaceDiagnosis is one namespace's row on one server.
+type NamespaceDiagnosis struct {
+	Namespace string
+	Server    string
+	Present   bool
+	Step      int64
+	Offset    int64
+	Next      int64
+	// Watermark is the highest counter a peer recorded for this server (0 if none), and Holder the peer.
+	Watermark int64
+	Holder    string
+	Status    string // "ok", or what is wrong
+}
+
+// Diagnose checks every server in cfg without refusing any: reachability, version, auto_increment
+// settings (pairwise), durability settings, schema version, each namespace's row and step/offset, and
+// each counter against its peers' water marks. Only a configuration error (a bad DSN) is an error.
+func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
+	p, err := build(cfg)
+	if err != nil {
+		return Diagnosis{}, err
+	}
+	defer p.closeDBs()
+	var d Diagnosis
+	problem := func(format string, a ...any) { d.Problems = append(d.Problems, fmt.Sprintf(format, a...)) }
+
+	d.Servers = make([]ServerDiagnosis, len(p.servers))
+	var wg sync.WaitGroup
+	for i, s := range p.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.Servers[i] = p.diagnoseServer(ctx, s)
+		}()
+	}
+	wg.Wait()
+
+	var list []namedVars
+	for i, s := range p.servers {
+		sd := d.Servers[i]
+		if !sd.Reachable {
+			problem("%s is unreachable (%s): start it or fix its DSN; ticketd serves from the others meanwhile", s.name, sd.Error)
+			continue
+		}
+		v, _ := s.vars()
+		for _, e := range v.problems(s.name) {
+			problem("%s", unwrapMisconfigured(e))
+		}
+		list = append(list, namedVars{s.name, v})
+		if sd.Schema < schema.Latest() {
+			problem("%s has schema version %d, this ticketd needs %d: run `ticketd migrate`", s.name, sd.Schema, schema.Latest())
+		}
+	}
+	for _, e := range crossProblems(list, len(p.servers)) {
+		problem("%s", unwrapMisconfigured(e))
+	}
+
+	// Namespace rows and water marks, for every server that answered.
+	rows := map[*server]map[string]rowSettings{}
+	names := map[string]bool{}
+	for i, s := range p.servers {
+		if !d.Servers[i].Reachable || d.Servers[i].Schema == 0 {
+			continue
+		}
+		rs, err := s.readRows(ctx)
+		if err != nil {
+			problem("reading namespaces on %s: %v", s.name, err)
+			continue
+		}
+		rows[s] = map[string]rowSettings{}
+		for _, r := range rs {
+			rows[s][r.ns.Name] = r
+			names[r.ns.Name] = true
+		}
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, s := range p.servers {
+		mine, ok := rows[s]
+		if !ok {
+			continue
+		}
+		marks, err := p.peerMarks(ctx, s)
+		if err != nil {
+			problem("reading the water marks for %s: %v", s.name, err)
+		}
+		v, _ := s.vars()
+		for _, name := range sorted {
+			nd := NamespaceDiagnosis{Namespace: name, Server: s.name, Watermark: marks[name].value, Holder: marks[name].holder, Status: "ok"}
+			r, present := mine[name]
+			switch {
+			case !present:
+				nd.Status = "no row yet"
+				d.Notes = append(d.Notes, fmt.Sprintf("namespace %q has no row on %s (created while it was away); ticketd creates it when the server is next checked", name, s.name))
+				if nd.Watermark > 0 {
+					nd.Status = "fenced: row missing below water mark"
+					problem("namespace %q has no row on %s but %s recorded counter %d: the server looks restored from an old backup; check it, then run `ticketd repair %s --server %s`",
+						name, s.name, nd.Holder, nd.Watermark, name, s.name)
+				}
+			default:
+				nd.Present, nd.Step, nd.Offset, nd.Next = true, r.step, r.offset, r.next
+				if r.step != v.increment || r.offset != v.offset {
+					nd.Status = "step/offset mismatch"
+					problem("namespace %q on %s was created with step %d offset %d but the server runs with auto_increment_increment %d offset %d: restore the server's settings",
+						name, s.name, r.step, r.offset, v.increment, v.offset)
+				} else if r.next < nd.Watermark {
+					nd.Status = "fenced: counter below water mark"
+					problem("namespace %q on %s: counter %d is below %d recorded by %s: the server looks restored from an old backup; check it, then run `ticketd repair %s --server %s`",
+						name, s.name, r.next, nd.Watermark, nd.Holder, name, s.name)
+				}
+			}
+			d.Namespaces = append(d.Namespaces, nd)
+		}
+	}
+	return d, nil
+}
+
+func (p *Pair) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
+	sd := ServerDiagnosis{Name: s.name}
+	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	defer cancel()
+	v, err := readVars(qctx, s.ctl)
+	if err != nil {
+		sd.Error = err.Error()
+		return sd
+	}
+	s.mu.Lock()
+	s.v, s.haveVars = v, true
+	s.mu.Unlock()
+	sd.Reachable, sd.Version, sd.Increment, sd.Offset = true, v.version, v.increment, v.offset
+	sd.FlushAtCommit, sd.LogBin, sd.SyncBinlog = v.flushAtCommit, v.logBin, v.syncBinlog
+	var version *int
+	if err := s.ctl.QueryRowContext(qctx, "SELECT MAX(version) FROM ticketd_schema_migrations").Scan(&version); err == nil && version != nil {
+		sd.Schema = *version
+	}
+	return sd
+}
+
+// unwrapMisconfigured drops the sentinel's prefix from a check's message: the doctor's table says it.
+func unwrapMisconfigured(err error) string {
+	return strings.TrimPrefix(err.Error(), allocator.ErrMisconfigured.Error()+": ")
+}

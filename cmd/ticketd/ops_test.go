@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+func TestDoctorOnAHealthyPair(t *testing.T) {
+	pair := testenv.Pair(t)
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair)}
+	if _, errOut, code := run(t, env, "migrate"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, errOut, code := run(t, env, "namespace", "create", "orders"); code != 0 {
+		t.Fatal(errOut)
+	}
+	out, errOut, code := run(t, env, "doctor")
+	if code != 0 || !strings.Contains(out, "no problem found") {
+		t.Fatalf("doctor on a healthy pair: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"INCREMENT", mysql.ServerName(pair[0]), mysql.ServerName(pair[1]), "orders", "2/1", "2/2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDoctorFindsProblems(t *testing.T) {
+	pair := testenv.Pair(t)
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair)}
+	if _, errOut, code := run(t, env, "migrate"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, errOut, code := run(t, env, "namespace", "create", "orders"); code != 0 {
+		t.Fatal(errOut)
+	}
+	// A water mark on A, for B (offset 2), far above B's counter: what a restored B looks like.
+	testenv.Exec(t, pair[0], "INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us) VALUES ('orders', 2, 1000000, 0)")
+	env["TICKETD_MYSQL"] += ",root@tcp(127.0.0.1:1)/nowhere"
+	out, errOut, code := run(t, env, "doctor", "--attempt-timeout", "300ms", "--lease-timeout", "1s")
+	if code != 1 {
+		t.Fatalf("doctor exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"PROBLEM: 127.0.0.1:1 is unreachable",
+		"ticketd repair orders --server " + mysql.ServerName(pair[1]),
+		"below the 3 ticket servers configured",
+		"fenced: counter below water mark",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "doctor found") {
+		t.Errorf("stderr %q", errOut)
+	}
+}
+
+// TestAdoptAFlickrTable fills Tickets64 on both servers with concurrent REPLACE INTO calls, adopts it
+// into a namespace, and checks that every block leased afterwards lies above every ticket issued.
+func TestAdoptAFlickrTable(t *testing.T) {
+	pair := testenv.Pair(t)
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair)}
+	if _, errOut, code := run(t, env, "migrate"); code != 0 {
+		t.Fatal(errOut)
+	}
+	p, err := mysql.Open(context.Background(), mysql.Config{DSNs: pair, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var highest int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				id, _, err := p.Ticket(context.Background())
+				if err != nil {
+					continue // deadlocks happen under contention; the ticket was not issued
+				}
+				mu.Lock()
+				highest = max(highest, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	p.Close()
+	if highest == 0 {
+		t.Fatal("no ticket issued")
+	}
+	if _, errOut, code := run(t, env, "namespace", "adopt", "flickr", "--flickr-table", "Tickets64; DROP TABLE x"); code != 1 || !strings.Contains(errOut, "must match") {
+		t.Fatalf("a table name that looks like SQL: exit %d %s", code, errOut)
+	}
+	_, errOut, code := run(t, env, "namespace", "adopt", "flickr", "--flickr-table", "Tickets64")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	for range 6 {
+		out, errOut, code := run(t, env, "lease", "flickr", "-n", "10")
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		b, err := decodeBlock(t, out).ToBlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Start <= highest {
+			t.Fatalf("block %v after adoption is not above the highest ticket %d", b, highest)
+		}
+	}
+}
