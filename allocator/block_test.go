@@ -178,3 +178,26 @@ func FuzzBlockArithmetic(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidateName checks that a name is accepted exactly when it matches the documented pattern, so
+// nothing else ever reaches a query.
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"orders", "a", "Orders", "x'; DROP TABLE t; --", "a\x00b", "ä", "links.v2", "-x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := allocator.ValidateName(name)
+		ok := len(name) >= 1 && len(name) <= 64
+		for i := 0; ok && i < len(name); i++ {
+			c := name[i]
+			alnum := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+			ok = alnum || (i > 0 && (c == '_' || c == '.' || c == '-'))
+		}
+		if (err == nil) != ok {
+			t.Fatalf("ValidateName(%q) = %v, want ok=%v", name, err, ok)
+		}
+		if err != nil && !errors.Is(err, allocator.ErrInvalidNamespace) {
+			t.Fatalf("error %v is not ErrInvalidNamespace", err)
+		}
+	})
+}

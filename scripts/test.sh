@@ -16,3 +16,7 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 go test -race -count=1 -timeout 45m "$@" ./...
+# Every fuzz target, briefly, on top of its kept corpus (testdata/fuzz).
+if (($# == 0)); then
+  scripts/fuzz.sh "${TICKETD_FUZZTIME:-10s}"
+fi
