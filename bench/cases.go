@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// leaseSizes are the block sizes the load cases lease.
+var leaseSizes = []int64{1, 100, 10_000}
+
+// leaseCase leases blocks of size from a backend; open makes the backend and returns a cleanup.
+func leaseCase(name string, size int64, env *mysqlEnv, open func(ctx context.Context) (allocator.Backend, func(), error)) loadCase {
+	return loadCase{name: name, open: func(ctx context.Context) (func(context.Context) (int64, error), func(), error) {
+		b, done, err := open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		ns, err := env.namespace(ctx, b, "load", size)
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		return func(ctx context.Context) (int64, error) {
+			blk, err := b.Lease(ctx, ns, size)
+			return blk.Size, err
+		}, done, nil
+	}}
+}
+
+// loadCases lists the cases this run can measure, and says why the others are skipped.
+func loadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) ([]loadCase, []string, error) {
+	pair := func(context.Context) (allocator.Backend, func(), error) { return env.pair, func() {}, nil }
+	servers := fmt.Sprintf("pair of %d", len(env.dsns))
+	if len(env.dsns) == 1 {
+		servers = "one server"
+	}
+	cases := []loadCase{{
+		name: "Flickr REPLACE INTO, one ID per call (" + servers + ")",
+		open: func(context.Context) (func(context.Context) (int64, error), func(), error) {
+			return func(ctx context.Context) (int64, error) {
+				_, _, err := env.pair.Ticket(ctx)
+				return 1, err
+			}, func() {}, nil
+		},
+	}}
+	for _, size := range leaseSizes {
+		cases = append(cases, leaseCase(fmt.Sprintf("MySQL lease n=%s (%s)", count(size), servers), size, env, pair))
+	}
+	var skipped []string
+	if len(env.dsns) > 1 {
+		cases = append(cases, leaseCase("MySQL lease n=100 (one server)", 100, env, func(ctx context.Context) (allocator.Backend, func(), error) {
+			p, err := env.openPair(ctx, env.dsns[:1])
+			if err != nil {
+				return nil, nil, err
+			}
+			return p, func() { _ = p.Close() }, nil
+		}))
+	} else {
+		skipped = append(skipped, "single server vs pair: --mysql names one server")
+	}
+	more, why, err := extraLoadCases(ctx, opts, env, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(cases, more...), append(skipped, why...), nil
+}

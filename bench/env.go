@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
+)
+
+// mysqlEnv is the ticket server pair a run uses: one database on each server (fresh unless the DSNs
+// name one), migrated, with the bench's namespaces created as they are needed.
+type mysqlEnv struct {
+	dsns    []string // with the database
+	dbs     []*sql.DB
+	pair    *mysql.Pair
+	version string
+	drop    string // the database created for the run, dropped by Close
+	quiet   *slog.Logger
+}
+
+// loopbackOnly refuses an address that is not on this machine: load is sent only to loopback.
+func loopbackOnly(what, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %q is not a loopback address; the bench sends load only to servers on this machine (127.0.0.1, ::1, localhost)",
+		ErrInvalidOptions, what, addr)
+}
+
+func openMySQL(ctx context.Context, opts Options) (*mysqlEnv, error) {
+	env := &mysqlEnv{quiet: slog.New(slog.DiscardHandler)}
+	var cfgs []*gomysql.Config
+	for _, dsn := range opts.MySQL {
+		c, err := gomysql.ParseDSN(strings.TrimSpace(dsn))
+		if err != nil {
+			return nil, fmt.Errorf("%w: DSN %q: %v", ErrInvalidOptions, dsn, err)
+		}
+		if c.Net == "tcp" {
+			if err := loopbackOnly("MySQL server", c.Addr); err != nil {
+				return nil, err
+			}
+		} else if c.Net != "unix" {
+			return nil, fmt.Errorf("%w: DSN %q: network %q, want tcp on loopback or a unix socket", ErrInvalidOptions, dsn, c.Net)
+		}
+		cfgs = append(cfgs, c)
+	}
+	if cfgs[0].DBName == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		env.drop = "ticketd_bench_" + hex.EncodeToString(b[:])
+	}
+	for i, c := range cfgs {
+		if env.drop != "" {
+			if c.DBName != "" {
+				env.Close()
+				return nil, fmt.Errorf("%w: give every DSN a database, or none", ErrInvalidOptions)
+			}
+			if err := execOn(ctx, c.FormatDSN(), "CREATE DATABASE "+env.drop); err != nil {
+				env.Close()
+				return nil, fmt.Errorf("server %d: %w", i+1, err)
+			}
+			c.DBName = env.drop
+		}
+		c.MultiStatements = false
+		dsn := c.FormatDSN()
+		env.dsns = append(env.dsns, dsn)
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			env.Close()
+			return nil, err
+		}
+		env.dbs = append(env.dbs, db)
+		if _, err := mysql.MigrateDSN(ctx, dsn); err != nil {
+			env.Close()
+			return nil, err
+		}
+	}
+	if err := env.dbs[0].QueryRowContext(ctx, "SELECT VERSION()").Scan(&env.version); err != nil {
+		env.Close()
+		return nil, err
+	}
+	p, err := env.openPair(ctx, env.dsns)
+	if err != nil {
+		env.Close()
+		return nil, err
+	}
+	env.pair = p
+	return env, nil
+}
+
+func execOn(ctx context.Context, dsn string, stmts ...string) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// openPair opens a backend on the given servers of the run's database (one server or both).
+func (e *mysqlEnv) openPair(ctx context.Context, dsns []string) (*mysql.Pair, error) {
+	return mysql.Open(ctx, mysql.Config{DSNs: dsns, Logger: e.quiet, MaxConns: 128})
+}
+
+// namespace creates a namespace for one measurement (a fresh name each time) and returns its name.
+func (e *mysqlEnv) namespace(ctx context.Context, b allocator.Backend, prefix string, blockSize int64) (string, error) {
+	var r [3]byte
+	_, _ = rand.Read(r[:])
+	name := prefix + "-" + hex.EncodeToString(r[:])
+	_, err := b.CreateNamespace(ctx, allocator.Namespace{Name: name, BlockSize: blockSize, MaxBlockSize: max(blockSize, allocator.DefaultMaxBlockSize)})
+	return name, err
+}
+
+// Close closes the pair and drops the database the run created.
+func (e *mysqlEnv) Close() {
+	if e.pair != nil {
+		_ = e.pair.Close()
+	}
+	for _, db := range e.dbs {
+		if e.drop != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, _ = db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+e.drop)
+			cancel()
+		}
+		_ = db.Close()
+	}
+}
+
+// errorKind names an error for the load report's error table.
+func errorKind(err error) string {
+	var me *gomysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1213:
+		return "deadlock"
+	case errors.As(err, &me) && me.Number == 1205:
+		return "lock wait timeout"
+	case errors.As(err, &me):
+		return fmt.Sprintf("mysql error %d", me.Number)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, allocator.ErrUnavailable):
+		if strings.Contains(err.Error(), "Deadlock") {
+			return "deadlock"
+		}
+		return "unavailable"
+	case errors.Is(err, allocator.ErrExhausted):
+		return "exhausted"
+	}
+	return "other"
+}

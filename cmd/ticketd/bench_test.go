@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ticketd/ticketd/bench"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+// benchRun runs `ticketd bench` with tiny sizes and returns the report it wrote.
+func benchRun(t *testing.T, env map[string]string, args ...string) (*bench.Report, string) {
+	t.Helper()
+	dir := t.TempDir()
+	args = append([]string{"bench", "--quick", "--json", "--out", dir, "--duration", "50ms"}, args...)
+	out, errOut, code := run(t, env, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var stdout bench.Report
+	if err := json.Unmarshal([]byte(out), &stdout); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Command != stdout.Command || !strings.HasPrefix(rep.Command, "ticketd bench ") {
+		t.Fatalf("command %q (stdout says %q)", rep.Command, stdout.Command)
+	}
+	if rep.Machine.Cores < 1 || rep.Machine.GoVersion == "" || rep.Date.IsZero() {
+		t.Fatalf("machine %+v, date %v", rep.Machine, rep.Date)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Charts) == 0 {
+		t.Fatal("no charts")
+	}
+	for _, c := range rep.Charts {
+		png, err := os.ReadFile(filepath.Join(dir, c))
+		if err != nil || len(png) < 1000 || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+			t.Fatalf("chart %s: %d bytes, %v", c, len(png), err)
+		}
+		if !bytes.Contains(md, []byte("]("+c+")")) {
+			t.Fatalf("report.md does not show %s", c)
+		}
+	}
+	return &rep, string(md)
+}
+
+func TestBenchGen(t *testing.T) {
+	rep, md := benchRun(t, nil, "gen")
+	if rep.Gen == nil || len(rep.Gen.Rows) < 11 || rep.BTree != nil || rep.Load != nil {
+		t.Fatalf("report parts: %+v", rep)
+	}
+	for _, r := range rep.Gen.Rows {
+		if r.Error != "" {
+			t.Errorf("%s: %s", r.Scheme, r.Error)
+			continue
+		}
+		if r.NsPerID <= 0 || r.NsPerIDAllCores <= 0 || r.IDsPerSecond <= 0 || r.AllocsPerID < 0 ||
+			r.BinaryBytes <= 0 || r.TextBytes <= 0 || r.Checked <= 0 || r.OneChecked <= 0 || r.Goroutines < 4 {
+			t.Errorf("%s: a figure is not positive: %+v", r.Scheme, r)
+		}
+		if r.Duplicates != 0 {
+			t.Errorf("%s: %d duplicates among %d IDs", r.Scheme, r.Duplicates, r.Checked)
+		}
+		if !strings.Contains(md, "| "+r.Scheme+" |") {
+			t.Errorf("report.md has no row for %s", r.Scheme)
+		}
+	}
+	byName := map[string]bench.GenRow{}
+	for _, r := range rep.Gen.Rows {
+		byName[r.Scheme] = r
+	}
+	// What each scheme is, as measured: a random UUID is not ordered, a Snowflake is.
+	if byName["google/uuid v4"].Increasing || !byName["snowflake 41/10/12 (Twitter)"].Increasing {
+		t.Errorf("order: v4 %+v, snowflake %+v", byName["google/uuid v4"], byName["snowflake 41/10/12 (Twitter)"])
+	}
+	if len(rep.Gen.Odds) != len(rep.Gen.Rows) {
+		t.Fatalf("%d odds rows for %d schemes", len(rep.Gen.Odds), len(rep.Gen.Rows))
+	}
+	for _, o := range rep.Gen.Odds {
+		random := o.RandomBits > 0
+		if o.Rate <= 0 || (random && (o.PYear <= 0 || o.PYearReference <= 0)) || (!random && (o.PYear != 0 || o.Coordination == "")) {
+			t.Errorf("odds %+v", o)
+		}
+	}
+}
+
+func TestBenchBTreeAndLoad(t *testing.T) {
+	pair := testenv.Pair(t)
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair)}
+	rep, _ := benchRun(t, env, "btree", "load", "--rows", "3000", "--batch", "500", "--clients", "1,2")
+	if rep.Machine.MariaDB == "" || rep.Gen != nil {
+		t.Fatalf("report: %+v", rep)
+	}
+	if rep.BTree == nil || len(rep.BTree.Rows) != 7 || rep.BTree.RowsPerTable != 3000 {
+		t.Fatalf("btree: %+v", rep.BTree)
+	}
+	for _, r := range rep.BTree.Rows {
+		// A duplicate key would have failed the INSERT: no error means every ID was unique.
+		if r.Error != "" {
+			t.Errorf("%s: %s", r.Key, r.Error)
+			continue
+		}
+		if r.RowsPerSecond <= 0 || r.RowsPerSecondLastTenth <= 0 || r.DataBytes <= 0 || r.IndexBytes <= 0 ||
+			r.RebuiltDataBytes <= 0 || r.Fill <= 0 || r.PageSplits <= 0 || r.Claim == "" || r.Why == "" {
+			t.Errorf("%s: a figure is not positive: %+v", r.Key, r)
+		}
+	}
+	if rep.Load == nil {
+		t.Fatal("no load report")
+	}
+	seen := map[string]bool{}
+	for _, r := range rep.Load.Rows {
+		seen[r.Case] = true
+		if r.Error != "" {
+			t.Errorf("%s: %s", r.Case, r.Error)
+			continue
+		}
+		if r.Ops <= 0 || r.OpsPerSecond <= 0 || r.IDsPerSecond < r.OpsPerSecond || r.P50ms <= 0 || r.P99ms < r.P50ms || r.MaxMs < r.P99ms {
+			t.Errorf("%s %s %d: %+v", r.Case, r.Mode, r.Clients, r)
+		}
+		if strings.Contains(r.Case, "lease") && r.Errors != 0 {
+			t.Errorf("%s: %d errors %v", r.Case, r.Errors, r.ErrorKinds)
+		}
+	}
+	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server"} {
+		found := false
+		for c := range seen {
+			found = found || strings.Contains(c, want)
+		}
+		if !found {
+			t.Errorf("no load case %q among %v", want, seen)
+		}
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "btree"}, "needs the ticket server pair"},
+		{[]string{"bench", "speed"}, `unknown part "speed"`},
+		{[]string{"bench", "--clients", "1,x", "gen"}, "--clients"},
+		{[]string{"bench", "--mysql", "root@tcp(192.168.7.7:3306)/", "load"}, "not a loopback address"},
+		{[]string{"bench", "--rows", "5", "gen"}, "rows 5"},
+	}
+	for _, tt := range tests {
+		_, errOut, code := run(t, nil, tt.args...)
+		if code != 2 || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
