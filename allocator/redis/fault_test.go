@@ -1,0 +1,398 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// syncBuffer is a log destination that goroutines may write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestVolatileInstancesAreRefused runs one Redis through the settings that lose acknowledged writes:
+// each is refused with an error that says how to fix it, and AllowVolatile opens it with a warning.
+func TestVolatileInstancesAreRefused(t *testing.T) {
+	r := testenv.PrivateRedis(t, testservers.RedisOptions{Volatile: true})
+	raw := rawClient(t, r.Addr())
+	ctx := context.Background()
+	set := func(kv ...string) {
+		t.Helper()
+		for i := 0; i < len(kv); i += 2 {
+			if err := raw.ConfigSet(ctx, kv[i], kv[i+1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	refused := func(t *testing.T, want ...string) {
+		t.Helper()
+		s, err := Open(ctx, testConfig(r.Addr()))
+		if err == nil {
+			s.Close()
+			t.Fatal("Open succeeded")
+		}
+		if !errors.Is(err, allocator.ErrMisconfigured) {
+			t.Fatalf("Open: %v, want ErrMisconfigured", err)
+		}
+		for _, w := range append(want, r.Addr(), "IDs issued twice", "appendfsync always", "AllowVolatile", "--allow-volatile-redis") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not say %q", err, w)
+			}
+		}
+	}
+
+	t.Run("no AOF", func(t *testing.T) {
+		refused(t, `appendonly is "no"`, "a restart loses every lease since the last snapshot")
+	})
+	t.Run("no AOF allowed", func(t *testing.T) {
+		var logs syncBuffer
+		cfg := testConfig(r.Addr())
+		cfg.AllowVolatile, cfg.Logger = true, slog.New(slog.NewTextHandler(&logs, nil))
+		s := openStore(t, cfg)
+		if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "v"}); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := s.Lease(ctx, "v", 10); err != nil || b.Start != 1 {
+			t.Fatalf("Lease: %v, %v", b, err)
+		}
+		out := logs.String()
+		for _, w := range []string{"level=WARN", "reissue IDs", r.Addr(), `appendonly is \"no\"`} {
+			if !strings.Contains(out, w) {
+				t.Errorf("log %q does not say %q", out, w)
+			}
+		}
+	})
+	t.Run("fsync every second", func(t *testing.T) {
+		set("appendonly", "yes", "appendfsync", "everysec")
+		refused(t, `appendfsync is "everysec"`)
+	})
+	t.Run("evicting any key", func(t *testing.T) {
+		set("appendfsync", "always", "maxmemory-policy", "allkeys-lru")
+		refused(t, `maxmemory-policy is "allkeys-lru"`, "maxmemory-policy noeviction")
+	})
+	t.Run("durable", func(t *testing.T) {
+		set("maxmemory-policy", "noeviction")
+		s := openStore(t, testConfig(r.Addr()))
+		if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "d"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// leaseLoop leases from s on n goroutines until stop is closed; it records blocks and errors.
+type leaseLoop struct {
+	mu     sync.Mutex
+	blocks []allocator.Block
+	errs   []error
+	wg     sync.WaitGroup
+	count  atomic.Int64
+}
+
+func startLeasing(s *Store, ns string, n int, stop <-chan struct{}) *leaseLoop {
+	l := &leaseLoop{}
+	for range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b, err := s.Lease(context.Background(), ns, 10)
+				l.mu.Lock()
+				if err != nil {
+					l.errs = append(l.errs, err)
+				} else {
+					l.blocks = append(l.blocks, b)
+				}
+				l.mu.Unlock()
+				l.count.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+func (l *leaseLoop) waitFor(t *testing.T, n int64) {
+	t.Helper()
+	target := l.count.Load() + n
+	deadline := time.Now().Add(30 * time.Second)
+	for l.count.Load() < target {
+		if time.Now().After(deadline) {
+			t.Fatalf("leases stalled at %d", l.count.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// highest returns the last ID of the highest block server issued among blocks.
+func highest(blocks []allocator.Block, server string) int64 {
+	var h int64
+	for _, b := range blocks {
+		if last, _ := b.Last(); b.Server == server && last > h {
+			h = last
+		}
+	}
+	return h
+}
+
+// TestInstanceKilledMidRun kills one of two instances (SIGKILL) while 16 goroutines lease: every lease
+// still succeeds, from the other. The killed instance restarts from its append-only file, comes back
+// into rotation, and its next block starts above every ID it issued before.
+func TestInstanceKilledMidRun(t *testing.T) {
+	pair := privatePair(t)
+	s := openStore(t, testConfig(pair[0].Addr(), pair[1].Addr()))
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	nameB := pair[1].Addr()
+	stop := make(chan struct{})
+	l := startLeasing(s, "orders", 16, stop)
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		l.wg.Wait()
+	}()
+	l.waitFor(t, 500)
+	if err := pair[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := l.count.Load()
+	l.waitFor(t, 2000)
+	l.mu.Lock()
+	highestB := highest(l.blocks, nameB)
+	restartIdx := len(l.blocks)
+	l.mu.Unlock()
+	if highestB == 0 {
+		t.Fatal("B issued nothing before the kill")
+	}
+
+	if err := pair[1].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var afterRestart []allocator.Block
+	for len(afterRestart) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted instance never served again")
+		}
+		time.Sleep(20 * time.Millisecond)
+		l.mu.Lock()
+		for _, b := range l.blocks[restartIdx:] {
+			if b.Server == nameB {
+				afterRestart = append(afterRestart, b)
+			}
+		}
+		l.mu.Unlock()
+	}
+	close(stop)
+	l.wg.Wait()
+	if len(l.errs) > 0 {
+		t.Fatalf("%d of %d leases failed while one instance was down; first: %v", len(l.errs), l.count.Load(), l.errs[0])
+	}
+	for _, b := range afterRestart {
+		if b.Start <= highestB || b.Start%2 != 0 {
+			t.Fatalf("after SIGKILL and restart, %s leased %v, not above its highest earlier ID %d (or odd)", nameB, b, highestB)
+		}
+	}
+	if err := allocatortest.CheckDisjoint(l.blocks); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d leases (%d after the kill), none failed; B's highest ID before the kill %d, first block after restart %v",
+		l.count.Load(), l.count.Load()-killedAt, highestB, afterRestart[0])
+}
+
+// TestRestartContinuesAboveEveryIssuedID: leases, SIGKILL, restart, a new store: the counter read
+// back from the append-only file (appendfsync always) is above every ID issued before the crash.
+func TestRestartContinuesAboveEveryIssuedID(t *testing.T) {
+	r := testenv.PrivateRedis(t, testservers.RedisOptions{})
+	cfg := testConfig(r.Addr())
+	ctx := context.Background()
+	s := openStore(t, cfg)
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	var blocks []allocator.Block
+	for i := range 200 {
+		b, err := s.Lease(ctx, "orders", int64(1+i%50))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b)
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, cfg)
+	b, err := s.Lease(ctx, "orders", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := highest(blocks, r.Addr()); b.Start <= h {
+		t.Fatalf("after SIGKILL and restart leased %v, at or below the highest issued ID %d", b, h)
+	}
+	if err := allocatortest.CheckDisjoint(append(blocks, b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllDownIsUnavailableWithinTimeout kills both instances: a lease fails with ErrUnavailable within
+// the configured timeout, health says why, and leases resume once one instance is back.
+func TestAllDownIsUnavailableWithinTimeout(t *testing.T) {
+	pair := privatePair(t)
+	const timeout = 1500 * time.Millisecond
+	cfg := testConfig(pair[0].Addr(), pair[1].Addr())
+	cfg.Timeout, cfg.AttemptTimeout = timeout, 500*time.Millisecond
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	var before []allocator.Block
+	for range 10 {
+		b, err := s.Lease(ctx, "orders", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, b)
+	}
+	for _, r := range pair {
+		if err := r.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		start := time.Now()
+		_, err := s.Lease(ctx, "orders", 100)
+		took := time.Since(start)
+		if !errors.Is(err, allocator.ErrUnavailable) {
+			t.Fatalf("with both instances down: %v, want ErrUnavailable", err)
+		}
+		// Generous slack: the bound under test is the configured timeout, not the machine's speed.
+		if took > timeout+2*time.Second {
+			t.Fatalf("ErrUnavailable after %v, configured timeout %v", took, timeout)
+		}
+	}
+	for _, h := range s.Health() {
+		if h.Healthy || h.Error == "" {
+			t.Fatalf("health %+v, want unhealthy with a reason", h)
+		}
+	}
+	if err := pair[0].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, err := s.Lease(ctx, "orders", 100)
+		if err == nil {
+			if b.Server != pair[0].Addr() || b.Start <= highest(before, pair[0].Addr()) {
+				t.Fatalf("after restart leased %v, not above %d", b, highest(before, pair[0].Addr()))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease after an instance restarted: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestInstanceThatMissedChangesCatchesUp opens the store while B is down, creates a namespace and
+// advances its start: when B comes back it gets the namespace, the advanced counter and its own parity.
+func TestInstanceThatMissedChangesCatchesUp(t *testing.T) {
+	pair := privatePair(t)
+	cfg := testConfig(pair[0].Addr(), pair[1].Addr())
+	s := openStore(t, cfg) // B claims offset 2 here
+	s.Close()
+	if err := pair[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, cfg)
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "late", BlockSize: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateNamespace(ctx, allocator.Namespace{Name: "late", BlockSize: 20, Start: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	nameA, nameB := pair[0].Addr(), pair[1].Addr()
+	var blocks []allocator.Block
+	for range 20 {
+		b, err := s.Lease(ctx, "late", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Server != nameA || b.Size != 20 {
+			t.Fatalf("leased %v while B is down", b)
+		}
+		blocks = append(blocks, b)
+	}
+	if err := pair[1].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, err := s.LeaseFrom(ctx, "late", 0, nameB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b)
+		if b.Server == nameB {
+			if b.Start%2 != 0 || b.Start < 1_000_000 || b.Size != 20 {
+				t.Fatalf("B came back and leased %v; want even IDs from 1,000,000 in blocks of 20", b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B never served after it came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := s.Namespace(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range ns.Servers {
+		if !st.Healthy || st.Next < 1_000_000 || st.Step != 2 {
+			t.Fatalf("server state %+v", st)
+		}
+	}
+}

@@ -1,0 +1,457 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// errMissing means the instance lacks a namespace (settings or counter) that another instance has.
+var errMissing = errors.New("redis: namespace missing on this instance")
+
+// record is a namespace's settings as an instance stores them.
+type record struct {
+	ns allocator.Namespace
+	// floor is the highest Start an update advanced the counters to; an instance that missed the
+	// update starts there. Zero when no update advanced them.
+	floor     int64
+	updatedUS int64
+}
+
+// parseRecord reads a settings hash.
+func parseRecord(name string, m map[string]string) (record, error) {
+	var errs []error
+	num := func(field string, optional bool) int64 {
+		v, ok := m[field]
+		if !ok && optional {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("field %s: %q", field, v))
+		}
+		return n
+	}
+	r := record{ns: allocator.Namespace{Name: name}}
+	r.ns.Start = num("start", false)
+	r.ns.BlockSize = num("block_size", false)
+	r.ns.MaxBlockSize = num("max_block_size", false)
+	r.ns.LeaseTTL = time.Duration(num("lease_ttl_ms", false)) * time.Millisecond
+	r.floor = num("floor", true)
+	r.updatedUS = num("updated_us", true)
+	if err := errors.Join(errs...); err != nil {
+		return record{}, fmt.Errorf("%w: the settings of namespace %q were changed outside ticketd: %w", allocator.ErrMisconfigured, name, err)
+	}
+	return r, nil
+}
+
+// instance is one Redis ticket server and what the store knows of it. Safe for concurrent use.
+type instance struct {
+	name   string
+	client *goredis.Client
+	offset int64
+	store  *Store
+
+	reviving sync.Mutex // one revival at a time
+
+	mu        sync.Mutex
+	up        bool // checked and answering: leases may go here
+	failures  int
+	retryAt   time.Time
+	lastErr   error
+	downSince time.Time
+	warned    bool // the volatile warning was logged
+}
+
+func (in *instance) usable() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.up
+}
+
+// due reports whether a down instance's backoff has passed.
+func (in *instance) due(now time.Time) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return !in.up && !now.Before(in.retryAt)
+}
+
+func (in *instance) health() allocator.ServerHealth {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	h := allocator.ServerHealth{Name: in.name, Healthy: in.up, Step: in.store.cfg.Stride, Offset: in.offset}
+	if !in.up {
+		h.Error = "not checked yet"
+		if in.lastErr != nil {
+			h.Error = in.lastErr.Error()
+		}
+	}
+	return h
+}
+
+func (in *instance) setUp() {
+	in.mu.Lock()
+	in.up, in.failures, in.lastErr = true, 0, nil
+	in.mu.Unlock()
+}
+
+// markDown takes the instance out of rotation with exponential backoff and jitter.
+func (in *instance) markDown(err error) {
+	cfg := in.store.cfg
+	in.mu.Lock()
+	wasUp := in.up
+	in.up = false
+	in.failures++
+	backoff := cfg.MinBackoff << min(in.failures-1, 20)
+	if backoff > cfg.MaxBackoff || backoff <= 0 {
+		backoff = cfg.MaxBackoff
+	}
+	backoff = backoff/2 + rand.N(backoff/2+1)
+	now := cfg.now()
+	in.retryAt = now.Add(backoff)
+	in.lastErr = err
+	if wasUp {
+		in.downSince = now
+	}
+	in.mu.Unlock()
+	if wasUp {
+		cfg.Logger.Warn("Redis instance down; leasing from the others", "server", in.name, "retry_in", backoff.Round(time.Millisecond), "err", err)
+	}
+}
+
+func (in *instance) markUp() {
+	in.mu.Lock()
+	if in.up { // only a revival (which re-checks the instance) brings a down one back
+		in.failures = 0
+	}
+	in.mu.Unlock()
+}
+
+// revive checks a down instance again (durability, identity, namespaces) and puts it back in rotation.
+func (in *instance) revive(ctx context.Context) error {
+	in.reviving.Lock()
+	defer in.reviving.Unlock()
+	if in.usable() {
+		return nil
+	}
+	err := in.inspect(ctx)
+	if err == nil {
+		err = in.syncFromPeers(ctx)
+	}
+	if err != nil {
+		in.markDown(err)
+		return err
+	}
+	in.mu.Lock()
+	since := in.downSince
+	in.mu.Unlock()
+	in.setUp()
+	in.store.cfg.Logger.Info("Redis instance back in rotation", "server", in.name, "down_for", in.store.cfg.now().Sub(since).Round(time.Millisecond))
+	return nil
+}
+
+// inspect checks that the instance keeps acknowledged writes and serves the configured offset. A
+// misconfiguration is ErrMisconfigured; an instance that does not answer returns its connection error.
+func (in *instance) inspect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, in.store.cfg.AttemptTimeout)
+	defer cancel()
+	err := in.checkDurability(ctx)
+	if err == nil {
+		err = in.claim(ctx)
+	}
+	if err != nil {
+		in.mu.Lock()
+		in.lastErr = err
+		in.mu.Unlock()
+	}
+	return err
+}
+
+// isRefusal reports whether a Redis error reply will not go away by itself (a command renamed or
+// denied, bad credentials), as opposed to a transient one such as LOADING after a restart.
+func isRefusal(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range []string{"NOPERM", "NOAUTH", "WRONGPASS"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "unknown command")
+}
+
+// checkDurability reads the persistence settings. Without appendonly yes and appendfsync always an
+// acknowledged INCRBY can be lost in a restart, and the counter would issue its IDs again.
+func (in *instance) checkDurability(ctx context.Context) error {
+	cfg := in.store.cfg
+	params := []string{"appendonly", "appendfsync", "maxmemory-policy"}
+	pipe := in.client.Pipeline()
+	cmds := make([]*goredis.MapStringStringCmd, len(params))
+	for i, p := range params {
+		cmds[i] = pipe.ConfigGet(ctx, p)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if isRefusal(err) && !cfg.AllowVolatile {
+			return fmt.Errorf("%w: cannot read the persistence settings of Redis %s (CONFIG GET: %v); allow CONFIG GET for ticketd's user, or accept that a restart may reissue IDs with AllowVolatile (ticketd: --allow-volatile-redis)",
+				allocator.ErrMisconfigured, in.name, err)
+		}
+		if !isRefusal(err) {
+			return fmt.Errorf("%s: %w", in.name, err)
+		}
+		in.warnVolatile("persistence settings unreadable: " + err.Error())
+		return nil
+	}
+	val := func(i int) string { return cmds[i].Val()[params[i]] }
+	var problems []string
+	if v := val(0); v != "yes" {
+		problems = append(problems, fmt.Sprintf("appendonly is %q, so a restart loses every lease since the last snapshot", v))
+	} else if v := val(1); v != "always" {
+		problems = append(problems, fmt.Sprintf("appendfsync is %q, so a crash loses the leases of the last second or so", v))
+	}
+	if v := val(2); strings.HasPrefix(v, "allkeys-") {
+		problems = append(problems, fmt.Sprintf("maxmemory-policy is %q, so Redis may evict a counter when memory runs short", v))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	why := strings.Join(problems, "; ")
+	if !cfg.AllowVolatile {
+		return fmt.Errorf("%w: Redis %s can lose acknowledged writes, and a lost lease means IDs issued twice: %s. "+
+			"Set appendonly yes, appendfsync always and maxmemory-policy noeviction (in redis.conf, or CONFIG SET then CONFIG REWRITE), "+
+			"or accept that a restart may reissue IDs with AllowVolatile (ticketd: --allow-volatile-redis)",
+			allocator.ErrMisconfigured, in.name, why)
+	}
+	in.warnVolatile(why)
+	return nil
+}
+
+func (in *instance) warnVolatile(why string) {
+	in.mu.Lock()
+	warned := in.warned
+	in.warned = true
+	in.mu.Unlock()
+	if !warned {
+		in.store.cfg.Logger.Warn("Redis instance can lose acknowledged writes: a restart can move a counter back and reissue IDs (allowed by configuration)",
+			"server", in.name, "why", why)
+	}
+}
+
+// claim records on the instance the offset and stride it serves, or checks them against the ones it
+// recorded before. Serving another offset would run its counters into another instance's IDs.
+func (in *instance) claim(ctx context.Context) error {
+	cfg := in.store.cfg
+	res, err := identityScript.Run(ctx, in.client, []string{in.store.keys.identity()},
+		cfg.Stride, in.offset, in.name, cfg.now().UnixMicro()).StringSlice()
+	if err != nil {
+		return fmt.Errorf("%s: %w", in.name, err)
+	}
+	if res[0] != "conflict" || len(res) < 4 {
+		return nil
+	}
+	stride, offset, via := res[1], res[2], res[3]
+	for _, other := range in.store.instances {
+		if other != in && other.name == via && strconv.FormatInt(other.offset, 10) == offset && strconv.FormatInt(cfg.Stride, 10) == stride {
+			return fmt.Errorf("%w: %s and %s are one Redis instance (it serves offset %s, claimed via %s); list each instance once",
+				allocator.ErrMisconfigured, via, in.name, offset, via)
+		}
+	}
+	return fmt.Errorf("%w: Redis %s (key prefix %q) serves offset %s of stride %s (first claimed via %s) but is configured as offset %d of stride %d, "+
+		"which could issue IDs another instance issues; configure it as it was (offsets follow the order of the addresses unless set)",
+		allocator.ErrMisconfigured, in.name, cfg.KeyPrefix, offset, stride, via, in.offset, cfg.Stride)
+}
+
+// syncFromPeers gives the instance the namespaces that the usable instances have and it lacks, and
+// the settings and floors it missed while it was away.
+func (in *instance) syncFromPeers(ctx context.Context) error {
+	mine, err := in.readRecords(ctx)
+	if err != nil {
+		return err
+	}
+	peers := map[string]record{}
+	for _, p := range in.store.instances {
+		if p == in || !p.usable() {
+			continue
+		}
+		if recs, err := p.readRecords(ctx); err == nil {
+			mergeLatest(peers, recs)
+		}
+	}
+	for name, r := range peers {
+		m, ok := mine[name]
+		switch {
+		case !ok:
+			err = in.ensure(ctx, r)
+		case r.updatedUS > m.updatedUS || r.floor > m.floor:
+			err = in.update(ctx, r)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: namespace %q: %w", in.name, name, err)
+		}
+	}
+	return nil
+}
+
+func (in *instance) readRecord(ctx context.Context, name string) (record, error) {
+	m, err := in.client.HGetAll(ctx, in.store.keys.settings(name)).Result()
+	if err != nil {
+		return record{}, err
+	}
+	if len(m) == 0 {
+		return record{}, errMissing
+	}
+	return parseRecord(name, m)
+}
+
+// readRecords reads every namespace of the instance in two round trips.
+func (in *instance) readRecords(ctx context.Context) (map[string]record, error) {
+	names, err := in.client.SMembers(ctx, in.store.keys.index()).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]record, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	pipe := in.client.Pipeline()
+	cmds := make([]*goredis.MapStringStringCmd, len(names))
+	for i, name := range names {
+		cmds[i] = pipe.HGetAll(ctx, in.store.keys.settings(name))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	for i, name := range names {
+		if allocator.ValidateName(name) != nil || len(cmds[i].Val()) == 0 {
+			continue // not made by ticketd
+		}
+		r, err := parseRecord(name, cmds[i].Val())
+		if err != nil {
+			return nil, err
+		}
+		out[name] = r
+	}
+	return out, nil
+}
+
+// lease is the one-call lease: the script checks the namespace and moves the counter by size×stride
+// with INCRBY, returning the counter before the move, which is the block's first ID.
+func (in *instance) lease(ctx context.Context, ns allocator.Namespace, size int64) (allocator.Block, error) {
+	stride := in.store.cfg.Stride
+	k := in.store.keys
+	res, err := leaseScript.Run(ctx, in.client, []string{k.counter(ns.Name), k.settings(ns.Name)},
+		size, size*stride, stride, in.offset%stride).StringSlice()
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	if len(res) == 0 {
+		return allocator.Block{}, fmt.Errorf("redis: lease script answered nothing")
+	}
+	arg := ""
+	if len(res) > 1 {
+		arg = res[1]
+	}
+	switch res[0] {
+	case "ok":
+		first, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || first < 1 {
+			return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q was %q", allocator.ErrMisconfigured, in.name, ns.Name, arg)
+		}
+		return allocator.BlockEnding(ns.Name, in.name, first+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
+	case "missing":
+		return allocator.Block{}, errMissing
+	case "size":
+		return allocator.Block{}, fmt.Errorf("%w: %d is above namespace %q's max_block_size %s", allocator.ErrInvalidSize, size, ns.Name, arg)
+	case "exhausted":
+		return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q is %s; %d more IDs of step %d would pass %d",
+			allocator.ErrExhausted, in.name, ns.Name, arg, size, stride, int64(math.MaxInt64))
+	case "residue":
+		return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q is %s, not ≡ offset %d (mod %d); it was changed outside ticketd",
+			allocator.ErrMisconfigured, in.name, ns.Name, arg, in.offset, stride)
+	default:
+		return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
+			allocator.ErrMisconfigured, in.name, ns.Name, arg)
+	}
+}
+
+// create makes the namespace on this instance; created reports whether it was new here. The counter
+// starts at the first ID of this instance's residue at or above the namespace's start (or floor).
+func (in *instance) create(ctx context.Context, rec record) (created bool, err error) {
+	stride := in.store.cfg.Stride
+	first, ok := firstAtLeast(max(rec.ns.Start, rec.floor), stride, in.offset)
+	if !ok {
+		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(rec.ns.Start, rec.floor), in.name, in.offset, stride)
+	}
+	k := in.store.keys
+	res, err := createScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name), k.index()},
+		rec.ns.Name, first, rec.ns.Start, rec.floor, rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS).StringSlice()
+	if err != nil {
+		return false, err
+	}
+	switch res[0] {
+	case "created":
+		return true, nil
+	case "exists", "repaired":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
+			allocator.ErrMisconfigured, in.name, rec.ns.Name, strings.Join(res[1:], " "))
+	}
+}
+
+// ensure creates the namespace on this instance if it lacks it.
+func (in *instance) ensure(ctx context.Context, rec record) error {
+	created, err := in.create(ctx, rec)
+	if created {
+		in.store.cfg.Logger.Info("namespace created on a Redis instance that missed it", "server", in.name, "namespace", rec.ns.Name)
+	}
+	return err
+}
+
+// update writes settings (unless newer ones are stored) and raises the floor and the counter to
+// rec.floor; a namespace this instance lacks is created first.
+func (in *instance) update(ctx context.Context, rec record) error {
+	stride := in.store.cfg.Stride
+	var floorCounter int64
+	if rec.floor > 0 {
+		f, ok := firstAtLeast(rec.floor, stride, in.offset)
+		if !ok {
+			return fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, rec.floor, in.name, in.offset, stride)
+		}
+		floorCounter = f
+	}
+	k := in.store.keys
+	run := func() ([]string, error) {
+		return updateScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name)},
+			rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS, rec.floor, floorCounter).StringSlice()
+	}
+	res, err := run()
+	if err == nil && res[0] == "missing" {
+		if err = in.ensure(ctx, rec); err == nil {
+			res, err = run()
+		}
+	}
+	switch {
+	case err != nil:
+		return err
+	case res[0] == "ok":
+		return nil
+	case res[0] == "missing":
+		return errMissing
+	default:
+		return fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
+			allocator.ErrMisconfigured, in.name, rec.ns.Name, strings.Join(res[1:], " "))
+	}
+}

@@ -1,0 +1,800 @@
+// Package redis leases blocks of IDs from one or more Redis instances: one counter per namespace, moved
+// by INCRBY inside a short Lua script. Instance i issues only IDs ≡ offset_i (mod stride), so two
+// instances never issue the same ID and any one of them can serve alone, as in Flickr's ticket pair.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// MaxStride bounds Config.Stride.
+const MaxStride = 1024
+
+// DefaultKeyPrefix starts every key when Config.KeyPrefix is empty.
+const DefaultKeyPrefix = "ticketd:"
+
+// Config configures a Store. The zero value of each field means its default.
+type Config struct {
+	// Addrs are the Redis instances, each "host:port" or a "redis://[user:password@]host:port[/db]"
+	// URL. Required. Standalone instances only: each is its own ticket server, never a replica or a
+	// Cluster node.
+	Addrs []string
+	// Offsets give each instance its residue: instance i issues only IDs ≡ Offsets[i] (mod Stride).
+	// Each must be in 1..Stride, and no two alike. Default 1, 2, …, len(Addrs) in the order of Addrs.
+	// An instance remembers the offset and stride it first served with and refuses any other.
+	Offsets []int64
+	// Stride is the distance between two IDs of one instance. Default len(Addrs); at least len(Addrs)
+	// and at most MaxStride. A larger stride leaves offsets free for instances added later.
+	Stride int64
+	// KeyPrefix starts every key the store reads or writes. Default DefaultKeyPrefix.
+	KeyPrefix string
+	// AllowVolatile opens instances that can lose acknowledged writes: without appendonly yes and
+	// appendfsync always, a restart can move a counter back and reissue IDs (so can a maxmemory-policy
+	// that evicts any key). Default false: such instances are refused. When true, each is logged.
+	AllowVolatile bool
+	// AttemptTimeout bounds one attempt on one instance. Default 2s.
+	AttemptTimeout time.Duration
+	// Timeout bounds a whole lease, failover included. Default 5s.
+	Timeout time.Duration
+	// MinBackoff and MaxBackoff bound how long a failed instance is skipped before it is tried again;
+	// the wait doubles with each failure. Default 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// ProbeInterval is how often a background check retries instances that are down. Default 1s.
+	ProbeInterval time.Duration
+	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
+	SettingsTTL time.Duration
+	// MaxConns bounds each instance's connection pool. Default 32.
+	MaxConns int
+	// Logger receives warnings about instances going down, coming back, or being volatile.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, sees every lease attempt.
+	Observer allocator.Observer
+
+	now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Stride == 0 {
+		c.Stride = int64(len(c.Addrs))
+	}
+	if len(c.Offsets) == 0 {
+		for i := range c.Addrs {
+			c.Offsets = append(c.Offsets, int64(i+1))
+		}
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 2 * time.Second
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.SettingsTTL == 0 {
+		c.SettingsTTL = 2 * time.Second
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 32
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+// validate checks the instance layout (after withDefaults): offsets distinct and within the stride.
+func (c Config) validate() error {
+	n := int64(len(c.Addrs))
+	switch {
+	case n == 0:
+		return errors.New("redis: no instance address given")
+	case int64(len(c.Offsets)) != n:
+		return fmt.Errorf("%w: %d offsets for %d Redis instances; give one offset per instance", allocator.ErrMisconfigured, len(c.Offsets), n)
+	case c.Stride < n || c.Stride > MaxStride:
+		return fmt.Errorf("%w: stride %d must be between the number of Redis instances (%d) and %d", allocator.ErrMisconfigured, c.Stride, n, MaxStride)
+	case c.AttemptTimeout < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.ProbeInterval < 0 || c.SettingsTTL < 0 || c.MaxConns < 0:
+		return errors.New("redis: timeouts, backoffs, intervals and MaxConns must not be negative")
+	}
+	var errs []error
+	byOffset := map[int64]string{}
+	for i, off := range c.Offsets {
+		addr := strings.TrimSpace(c.Addrs[i])
+		if off < 1 || off > c.Stride {
+			errs = append(errs, fmt.Errorf("%w: offset %d of Redis instance %d is outside 1..%d; give each instance its own offset in 1..%d",
+				allocator.ErrMisconfigured, off, i+1, c.Stride, c.Stride))
+			continue
+		}
+		if other, dup := byOffset[off]; dup {
+			errs = append(errs, fmt.Errorf("%w: Redis instances %s and %s share offset %d and would issue the same IDs; give each instance its own offset in 1..%d",
+				allocator.ErrMisconfigured, redact(other), redact(addr), off, c.Stride))
+		}
+		byOffset[off] = addr
+	}
+	return errors.Join(errs...)
+}
+
+// redact hides the password of a redis:// URL.
+func redact(addr string) string {
+	if i := strings.Index(addr, "://"); i >= 0 {
+		if j := strings.LastIndex(addr, "@"); j > i {
+			return addr[:i+3] + "…@" + addr[j+1:]
+		}
+	}
+	return addr
+}
+
+// clientOptions turns one configured address into go-redis options with ticketd's timeouts.
+func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
+	addr = strings.TrimSpace(addr)
+	var opt *goredis.Options
+	if strings.Contains(addr, "://") {
+		o, err := goredis.ParseURL(addr)
+		if err != nil {
+			return nil, fmt.Errorf("redis: %s: %w", redact(addr), err)
+		}
+		opt = o
+	} else {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("redis: %q: want host:port or a redis:// URL: %w", addr, err)
+		}
+		opt = &goredis.Options{Addr: addr}
+	}
+	opt.DialTimeout = cfg.AttemptTimeout
+	opt.ReadTimeout = cfg.AttemptTimeout
+	opt.WriteTimeout = cfg.AttemptTimeout
+	opt.ContextTimeoutEnabled = true
+	// An attempt whose outcome is unknown is never repeated on the same instance: the store fails over
+	// and a retry takes a new range.
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	opt.PoolSize = cfg.MaxConns
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opt, nil
+}
+
+// keys names the store's keys under one prefix. Namespace names cannot hold ':', so no key of one
+// namespace is a key of another.
+type keys struct{ prefix string }
+
+func (k keys) identity() string          { return k.prefix + "instance" }
+func (k keys) index() string             { return k.prefix + "namespaces" }
+func (k keys) counter(ns string) string  { return k.prefix + "ns:" + ns + ":next" }
+func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":settings" }
+
+// Store is a set of Redis instances behind the allocator.Backend interface. Leases go round-robin
+// across usable instances; a failed instance is skipped with backoff and checked again before its
+// next lease, and any instance alone can serve. Safe for concurrent use.
+type Store struct {
+	cfg       Config
+	keys      keys
+	instances []*instance
+	next      atomic.Uint64 // round-robin cursor
+
+	settingsMu sync.Mutex
+	settings   map[string]cachedSettings
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+type cachedSettings struct {
+	rec     record
+	fetched time.Time
+}
+
+var _ allocator.Backend = (*Store)(nil)
+var _ allocator.HealthReporter = (*Store)(nil)
+
+// Open connects to every instance and checks each reachable one: it must keep acknowledged writes
+// across a restart (unless AllowVolatile), and serve the offset and stride it served before. Any
+// misconfiguration refuses the whole store with ErrMisconfigured. Instances that are down are checked
+// when they come back, before their first lease; Open fails with ErrUnavailable when none answers.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, settings: map[string]cachedSettings{}, done: make(chan struct{})}
+	seen := map[string]bool{}
+	for i, addr := range cfg.Addrs {
+		opt, err := clientOptions(addr, cfg)
+		if err != nil {
+			s.closeClients()
+			return nil, err
+		}
+		name := opt.Addr
+		if opt.DB != 0 {
+			name = fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
+		}
+		if seen[name] {
+			s.closeClients()
+			return nil, fmt.Errorf("redis: instance %s is listed twice; list each instance once", name)
+		}
+		seen[name] = true
+		s.instances = append(s.instances, &instance{name: name, client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
+	}
+
+	errs := make([]error, len(s.instances))
+	var wg sync.WaitGroup
+	for i, in := range s.instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = in.inspect(ctx)
+		}()
+	}
+	wg.Wait()
+	var refused []error
+	reachable := 0
+	for i := range s.instances {
+		switch {
+		case errs[i] == nil:
+			reachable++
+		case errors.Is(errs[i], allocator.ErrMisconfigured):
+			refused = append(refused, errs[i])
+		}
+	}
+	if len(refused) > 0 {
+		s.closeClients()
+		return nil, errors.Join(refused...)
+	}
+	if reachable == 0 {
+		s.closeClients()
+		return nil, fmt.Errorf("%w: none of the Redis instances %s answered: %w", allocator.ErrUnavailable, s.names(), errors.Join(errs...))
+	}
+	for i, in := range s.instances {
+		if errs[i] == nil {
+			in.setUp()
+			continue
+		}
+		cfg.Logger.Warn("Redis instance unreachable at start; serving from the others", "server", in.name, "err", errs[i])
+		in.markDown(errs[i])
+	}
+	// Instances that missed namespace changes while they were away catch up from the others.
+	for _, in := range s.instances {
+		if in.usable() {
+			if err := in.syncFromPeers(ctx); err != nil {
+				cfg.Logger.Warn("could not copy namespaces from the other Redis instances", "server", in.name, "err", err)
+			}
+		}
+	}
+	s.next.Store(rand.Uint64()) // processes started together do not all begin on the same instance
+	s.wg.Add(1)
+	go s.probe()
+	return s, nil
+}
+
+func (s *Store) names() string {
+	n := make([]string, len(s.instances))
+	for i, in := range s.instances {
+		n[i] = in.name
+	}
+	return strings.Join(n, ", ")
+}
+
+// probe retries instances that are down, so that health recovers without lease traffic.
+func (s *Store) probe() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		for _, in := range s.instances {
+			if in.usable() || !in.due(s.cfg.now()) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
+			_ = in.revive(ctx)
+			cancel()
+		}
+	}
+}
+
+// Close stops background checks and closes every connection pool. Safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.done)
+		s.wg.Wait()
+		s.closeClients()
+	})
+	return nil
+}
+
+func (s *Store) closeClients() {
+	for _, in := range s.instances {
+		_ = in.client.Close()
+	}
+}
+
+// Servers returns the instance names (host:port) in configuration order.
+func (s *Store) Servers() []string {
+	out := make([]string, len(s.instances))
+	for i, in := range s.instances {
+		out[i] = in.name
+	}
+	return out
+}
+
+// Health reports each instance's state.
+func (s *Store) Health() []allocator.ServerHealth {
+	out := make([]allocator.ServerHealth, len(s.instances))
+	for i, in := range s.instances {
+		out[i] = in.health()
+	}
+	return out
+}
+
+// order returns the instances starting at the round-robin cursor, prefer first when named.
+func (s *Store) order(prefer string) []*instance {
+	n := len(s.instances)
+	start := int(s.next.Add(1) % uint64(n))
+	out := make([]*instance, n)
+	for i := range n {
+		out[i] = s.instances[(start+i)%n]
+	}
+	if prefer != "" {
+		for i, in := range out {
+			if in.name == prefer {
+				out[0], out[i] = out[i], out[0]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Lease takes a block of size IDs (0 means the namespace's block size) from the next usable instance,
+// failing over to the others. Each attempt is one script call; an attempt whose outcome is unknown is
+// abandoned and the retry takes a new range (the lost one is a gap, never reissued).
+func (s *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
+	return s.LeaseFrom(ctx, namespace, size, "")
+}
+
+// LeaseFrom is Lease with a preferred instance (a name from Servers): it is tried first when usable.
+// An empty prefer means round-robin.
+func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
+	if err := allocator.ValidateName(namespace); err != nil {
+		return allocator.Block{}, err
+	}
+	if size < 0 || size > allocator.MaxBlockSizeLimit {
+		return allocator.Block{}, allocator.ValidateSize(size, allocator.MaxBlockSizeLimit)
+	}
+	if s.closed.Load() {
+		return allocator.Block{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	rec, err := s.namespaceSettings(ctx, namespace)
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	if size == 0 {
+		size = rec.ns.BlockSize
+	}
+	if err := allocator.ValidateSize(size, rec.ns.MaxBlockSize); err != nil {
+		return allocator.Block{}, err
+	}
+
+	var errs []error
+	exhausted := 0
+	tried := map[*instance]bool{}
+	attempt := func(in *instance) (allocator.Block, bool, error) {
+		tried[in] = true
+		blk, err := s.leaseOn(ctx, in, rec, size)
+		switch {
+		case err == nil:
+			return blk, true, nil
+		case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
+			return blk, true, err // the request is wrong, not the instance
+		case ctx.Err() != nil && errors.Is(err, context.Canceled):
+			return blk, true, err
+		case errors.Is(err, allocator.ErrExhausted):
+			exhausted++
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.ObserveFailover(in.name)
+		}
+		return blk, false, nil
+	}
+	// First every instance that is up (or due for a retry), then, if all failed and time is left, the
+	// ones still in backoff: better a late answer than none.
+	order := s.order(prefer)
+	for pass := 0; pass < 2; pass++ {
+		for _, in := range order {
+			if tried[in] || (pass == 0 && !in.usable() && !in.due(s.cfg.now())) {
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if blk, done, err := attempt(in); done {
+				return blk, err
+			}
+		}
+	}
+	if exhausted > 0 && exhausted == len(tried) && len(tried) == len(s.instances) {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q on every Redis instance: %w", allocator.ErrExhausted, namespace, errors.Join(errs...))
+	}
+	if len(errs) == 0 && ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errors.Join(errs...))
+}
+
+// leaseOn makes one attempt on one instance, reviving it first if it was down.
+func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
+	if !in.usable() {
+		if err := in.revive(ctx); err != nil {
+			return allocator.Block{}, err
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+	defer cancel()
+	start := s.cfg.now()
+	blk, err := in.lease(actx, rec.ns, size)
+	if errors.Is(err, errMissing) {
+		// The instance was away when the namespace was created: give it the namespace, then lease.
+		if err = in.ensure(actx, rec); err == nil {
+			blk, err = in.lease(actx, rec.ns, size)
+		}
+	}
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.ObserveLease(in.name, s.cfg.now().Sub(start), err)
+	}
+	if err != nil && isServerFault(err) && ctx.Err() == nil {
+		in.markDown(err)
+	}
+	if err == nil {
+		in.markUp()
+	}
+	return blk, err
+}
+
+// isServerFault reports whether err says the instance (or the way to it) failed, rather than the
+// request.
+func isServerFault(err error) bool {
+	switch {
+	case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound),
+		errors.Is(err, allocator.ErrExhausted), errors.Is(err, allocator.ErrInvalidNamespace),
+		errors.Is(err, errMissing):
+		return false
+	}
+	return true
+}
+
+// namespaceSettings returns cached settings, fetching them from a usable instance when stale.
+func (s *Store) namespaceSettings(ctx context.Context, name string) (record, error) {
+	now := s.cfg.now()
+	s.settingsMu.Lock()
+	c, ok := s.settings[name]
+	s.settingsMu.Unlock()
+	if ok && now.Sub(c.fetched) < s.cfg.SettingsTTL {
+		return c.rec, nil
+	}
+	rec, err := s.readSettings(ctx, name)
+	if err != nil {
+		if ok && !errors.Is(err, allocator.ErrNotFound) {
+			return c.rec, nil // instances unreachable: the last known settings are good enough
+		}
+		return record{}, err
+	}
+	s.settingsMu.Lock()
+	s.settings[name] = cachedSettings{rec: rec, fetched: now}
+	s.settingsMu.Unlock()
+	return rec, nil
+}
+
+func (s *Store) forgetSettings(name string) {
+	s.settingsMu.Lock()
+	delete(s.settings, name)
+	s.settingsMu.Unlock()
+}
+
+// usableOrRevived returns the usable instances; when there are none, it first revives those whose
+// backoff has passed.
+func (s *Store) usableOrRevived(ctx context.Context) []*instance {
+	var out []*instance
+	for _, in := range s.instances {
+		if in.usable() {
+			out = append(out, in)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	for _, in := range s.instances {
+		if in.due(s.cfg.now()) && in.revive(ctx) == nil {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// readSettings reads a namespace's settings from every usable instance and keeps the latest.
+func (s *Store) readSettings(ctx context.Context, name string) (record, error) {
+	var best *record
+	var errs []error
+	answered := 0
+	for _, in := range s.usableOrRevived(ctx) {
+		rec, err := in.readRecord(ctx, name)
+		switch {
+		case errors.Is(err, errMissing):
+			answered++
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+		default:
+			answered++
+			if best == nil || rec.updatedUS > best.updatedUS {
+				best = &rec
+			}
+		}
+	}
+	if best != nil {
+		return *best, nil
+	}
+	if answered == 0 {
+		return record{}, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
+	}
+	return record{}, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
+}
+
+// CreateNamespace creates the namespace on every usable instance. An instance that is down gets it
+// when it comes back (or at its first lease). ErrExists when every instance that answered had it.
+func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if s.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	ns.Servers = nil
+	rec := record{ns: ns, updatedUS: s.cfg.now().UnixMicro()}
+	created, existed := 0, 0
+	var errs []error
+	for _, in := range s.instances {
+		if !in.usable() && (!in.due(s.cfg.now()) || in.revive(ctx) != nil) {
+			continue // it gets the namespace when it comes back
+		}
+		ok, err := in.create(ctx, rec)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			if isServerFault(err) {
+				in.markDown(err)
+			}
+		case ok:
+			created++
+		default:
+			existed++
+		}
+	}
+	s.forgetSettings(ns.Name)
+	switch {
+	case created > 0:
+		return ns, nil
+	case existed > 0:
+		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
+	}
+	for _, e := range errs {
+		if !isServerFault(e) {
+			return allocator.Namespace{}, e
+		}
+	}
+	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+}
+
+// UpdateNamespace replaces the namespace's settings (zero fields mean their defaults) on every usable
+// instance. A Start above an instance's counter advances the counter; counters never move back.
+// Instances that are down catch up when they come back.
+func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	advance := ns.Start
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if s.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	current, err := s.readSettings(ctx, ns.Name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns.Start, ns.Servers = current.ns.Start, nil
+	rec := record{ns: ns, floor: max(current.floor, advance), updatedUS: s.cfg.now().UnixMicro()}
+	updated := 0
+	var errs []error
+	for _, in := range s.instances {
+		if !in.usable() {
+			continue
+		}
+		if err := in.update(ctx, rec); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			if isServerFault(err) {
+				in.markDown(err)
+			}
+			continue
+		}
+		updated++
+	}
+	s.forgetSettings(ns.Name)
+	if updated == 0 {
+		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+	}
+	if advance > ns.Start {
+		ns.Start = advance
+	}
+	return ns, nil
+}
+
+// Namespace returns the namespace's settings and each instance's counter.
+func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
+	if err := allocator.ValidateName(name); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if s.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	rec, err := s.readSettings(ctx, name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns := rec.ns
+	ns.Servers = s.serverStates(ctx, []string{name})[name]
+	return ns, nil
+}
+
+// Namespaces lists the namespaces known to any usable instance, sorted by name.
+func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
+	if s.closed.Load() {
+		return nil, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	latest := map[string]record{}
+	answered := 0
+	var errs []error
+	for _, in := range s.usableOrRevived(ctx) {
+		recs, err := in.readRecords(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			continue
+		}
+		answered++
+		mergeLatest(latest, recs)
+	}
+	if answered == 0 {
+		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, errors.Join(errs...))
+	}
+	names := make([]string, 0, len(latest))
+	for name := range latest {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	states := s.serverStates(ctx, names)
+	out := make([]allocator.Namespace, 0, len(names))
+	for _, name := range names {
+		ns := latest[name].ns
+		ns.Servers = states[name]
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// mergeLatest adds recs to latest, keeping the most recently updated settings of each namespace.
+func mergeLatest(latest map[string]record, recs map[string]record) {
+	for name, r := range recs {
+		if cur, ok := latest[name]; !ok || r.updatedUS > cur.updatedUS {
+			latest[name] = r
+		}
+	}
+}
+
+// serverStates reads each instance's counter of each namespace, one round trip per instance.
+func (s *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
+	out := make(map[string][]allocator.ServerState, len(names))
+	for _, in := range s.instances {
+		h := in.health()
+		base := allocator.ServerState{Server: in.name, Step: s.cfg.Stride, Offset: in.offset, Healthy: h.Healthy, Error: h.Error}
+		var counters []*goredis.StringCmd
+		var perr error
+		if h.Healthy && len(names) > 0 {
+			pipe := in.client.Pipeline()
+			for _, name := range names {
+				counters = append(counters, pipe.Get(ctx, s.keys.counter(name)))
+			}
+			if _, perr = pipe.Exec(ctx); errors.Is(perr, goredis.Nil) {
+				perr = nil // a missing counter is reported per namespace below
+			}
+		}
+		for i, name := range names {
+			st := base
+			switch {
+			case !h.Healthy:
+			case perr != nil:
+				st.Healthy, st.Error = false, perr.Error()
+			default:
+				v, err := counters[i].Int64()
+				switch {
+				case err == nil:
+					st.Next = v
+				case errors.Is(err, goredis.Nil):
+					st.Error = "no counter for this namespace yet (created at its first lease)"
+				default:
+					st.Healthy, st.Error = false, err.Error()
+				}
+			}
+			out[name] = append(out[name], st)
+		}
+	}
+	return out
+}
+
+// firstAtLeast is the smallest x ≥ start with x ≡ offset (mod stride), or ok=false past MaxInt64.
+func firstAtLeast(start, stride, offset int64) (int64, bool) {
+	if start < 1 {
+		start = 1
+	}
+	r := offset % stride
+	d := ((r-start%stride)%stride + stride) % stride
+	if start > math.MaxInt64-d {
+		return 0, false
+	}
+	return start + d, true
+}
+
+// RouteClientLogs sends the go-redis client's own log lines (failed dials and the like, which the store
+// already reports as instance health) to l at debug level instead of stderr. go-redis keeps one logger
+// per process, so a program calls this, never a library.
+func RouteClientLogs(l *slog.Logger) { goredis.SetLogger(clientLog{l}) }
+
+type clientLog struct{ l *slog.Logger }
+
+func (c clientLog) Printf(ctx context.Context, format string, v ...any) {
+	c.l.DebugContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
+}
