@@ -1,0 +1,50 @@
+package api
+
+// Error codes: the "code" of an error answer. Each comes with one HTTP status; a client may switch on
+// either. The server's error table is the one place that pairs allocator errors with them.
+const (
+	CodeInvalidNamespace = "invalid_namespace"   // 400: the name does not match ^[a-z0-9][a-z0-9_.-]{0,63}$
+	CodeInvalidSize      = "invalid_size"        // 400: size below 1 or above the namespace's max_block_size
+	CodeInvalidCount     = "invalid_count"       // 400: ?count= not a whole number in 1..10000
+	CodeInvalidSettings  = "invalid_settings"    // 400: namespace settings out of range
+	CodeInvalidJSON      = "invalid_json"        // 400: the body is not the JSON object expected
+	CodeUnknownField     = "unknown_field"       // 400: the body has a field the endpoint does not take
+	CodeUnknownParameter = "unknown_parameter"   // 400: the query has a parameter the endpoint does not take
+	CodeMissingToken     = "missing_token"       // 401: no "Authorization: Bearer TOKEN" header
+	CodeInvalidToken     = "invalid_token"       // 401: a token that is not configured
+	CodeForbidden        = "forbidden"           // 403: the token is another namespace's, or not the admin's
+	CodeNotFound         = "namespace_not_found" // 404
+	CodeRouteNotFound    = "route_not_found"     // 404: no such endpoint
+	CodeMethodNotAllowed = "method_not_allowed"  // 405
+	CodeExists           = "namespace_exists"    // 409
+	CodeExhausted        = "id_space_exhausted"  // 409: the namespace's counters would pass 2^63-1
+	CodeBodyTooLarge     = "body_too_large"      // 413: the body is over MaxBodyBytes
+	CodeRateLimited      = "rate_limited"        // 429: too many requests for this token; see Retry-After
+	CodeInternal         = "internal"            // 500
+	CodeMisconfigured    = "misconfigured"       // 500: a ticket server's settings could issue duplicates
+	CodeUnavailable      = "unavailable"         // 503: no ticket server usable; see Retry-After
+	CodeShuttingDown     = "shutting_down"       // 503: the server is stopping; try another replica
+	CodeNotReady         = "not_ready"           // 503 from /readyz
+)
+
+// Limits of API v1.
+const (
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes = 4 << 10
+	// MaxIDsCount bounds GET /v1/namespaces/{ns}/ids?count=N.
+	MaxIDsCount = 10_000
+)
+
+// Readiness is the answer to GET /readyz: 200 when at least one ticket server is usable, else 503
+// with Error set.
+type Readiness struct {
+	Ready   bool           `json:"ready"`
+	Servers []ServerStatus `json:"servers"`
+	Error   *ErrorBody     `json:"error,omitempty"`
+}
+
+// ServerStatus is one ticket server as /readyz shows it.
+type ServerStatus struct {
+	Name    string `json:"name"`
+	Healthy bool   `json:"healthy"`
+}

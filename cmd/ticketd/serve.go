@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/server"
+)
+
+func init() {
+	register(commandInfo{name: "serve",
+		summary: "Serve the HTTP API v1 (blocks, IDs, namespaces, /metrics) until SIGTERM or SIGINT, then finish the requests in flight and stop.",
+		new:     func() command { return &serveCmd{} }})
+}
+
+type serveCmd struct {
+	backendFlags
+	listen                                                 string
+	adminToken, tokenFile                                  string
+	tokens                                                 tokenListFlag
+	noAuth                                                 bool
+	tlsCert, tlsKey                                        string
+	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
+	shutdownTimeout                                        time.Duration
+	cache                                                  bool
+	cacheTarget                                            time.Duration
+	cacheMin, cacheMax                                     int64
+	rateLimit                                              float64
+	rateBurst                                              int
+	accessLog                                              bool
+	logLevel                                               string
+}
+
+// tokenListFlag collects NS=TOKEN pairs from repeated --token flags and comma-separated lists.
+type tokenListFlag struct{ list *[]server.NamespaceToken }
+
+func (f tokenListFlag) String() string {
+	if f.list == nil || len(*f.list) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("(%d tokens)", len(*f.list)) // never the tokens themselves
+}
+
+func (f tokenListFlag) Set(s string) error {
+	ts, err := server.ParseTokens(s)
+	if err != nil {
+		return err
+	}
+	*f.list = append(*f.list, ts...)
+	return nil
+}
+
+func (c *serveCmd) flags(fs *flag.FlagSet) {
+	c.register(fs)
+	c.tokens.list = new([]server.NamespaceToken)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`ADDRESS` to listen on")
+	fs.StringVar(&c.adminToken, "admin-token", "", "admin bearer `TOKEN`: every route (prefer the environment variable to the command line)")
+	fs.Var(c.tokens, "token", "namespace bearer token as `NS=TOKEN`: that namespace's lease and read routes; repeatable")
+	fs.Var(c.tokens, "tokens", "namespace tokens as `NS=TOKEN,NS2=TOKEN2`; combined with --token and --token-file")
+	fs.StringVar(&c.tokenFile, "token-file", "", "`FILE` of namespace tokens, one NS=TOKEN a line (# starts a comment)")
+	fs.BoolVar(&c.noAuth, "no-auth", false, "turn authentication off: anyone who reaches the address is admin (local development only)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "`FILE` of the TLS certificate (PEM); with --tls-key, serve HTTPS")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "`FILE` of the TLS private key (PEM)")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send the request headers")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 10*time.Second, "how long a client may take to send a whole request")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", 15*time.Second, "how long a request may take from its headers to the end of the answer; more than --lease-timeout")
+	fs.DurationVar(&c.idleTime, "idle-timeout", 120*time.Second, "how long a kept-alive connection may sit idle")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
+	fs.BoolVar(&c.cache, "cache", true, "serve blocks from segments leased ahead (set --cache=false to lease every block from the ticket servers)")
+	fs.DurationVar(&c.cacheTarget, "cache-target", 10*time.Second, "how long a cached segment should last; its size adapts to the rate")
+	fs.Var(int64Flag{&c.cacheMin, 1, allocator.MaxBlockSizeLimit}, "cache-min", "smallest cached segment, in IDs (default 10000)")
+	fs.Var(int64Flag{&c.cacheMax, 1, allocator.MaxBlockSizeLimit}, "cache-max", "largest cached segment, in IDs, also bounded by the namespace's max_block_size (default 16777216)")
+	fs.Float64Var(&c.rateLimit, "rate-limit", 0, "requests per second per token (per client address with --no-auth) on /v1; 0 means no limit")
+	fs.IntVar(&c.rateBurst, "rate-burst", 0, "requests a token may send at once above --rate-limit (0: the rate, at least 1)")
+	fs.BoolVar(&c.accessLog, "access-log", false, "log every request (otherwise only failed ones)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (c *serveCmd) auth() (server.Auth, error) {
+	a := server.Auth{Admin: strings.TrimSpace(c.adminToken), Tokens: *c.tokens.list, Disabled: c.noAuth}
+	if c.tokenFile != "" {
+		f, err := os.Open(c.tokenFile)
+		if err != nil {
+			return a, usagef("--token-file: %v", err)
+		}
+		defer f.Close()
+		ts, err := server.ParseTokenFile(f)
+		if err != nil {
+			return a, usagef("--token-file %s: %v", c.tokenFile, err)
+		}
+		a.Tokens = append(a.Tokens, ts...)
+	}
+	if err := a.Validate(); err != nil {
+		if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 {
+			return a, usagef("no token configured: give --admin-token (or $TICKETD_ADMIN_TOKEN), --token NS=TOKEN or --token-file; or --no-auth to run open on loopback for local development")
+		}
+		return a, usageError{err.Error()}
+	}
+	return a, nil
+}
+
+func (c *serveCmd) validate() error {
+	if err := c.backendFlags.validate(); err != nil {
+		return err
+	}
+	if c.writeTimeout <= c.timeout {
+		return usagef("--write-timeout %s must be longer than --lease-timeout %s, or slow leases would be cut off", c.writeTimeout, c.timeout)
+	}
+	for name, d := range map[string]time.Duration{"read-header-timeout": c.readHeaderTimeout, "read-timeout": c.readTimeout,
+		"idle-timeout": c.idleTime, "shutdown-timeout": c.shutdownTimeout, "cache-target": c.cacheTarget} {
+		if d <= 0 {
+			return usagef("--%s %s must be positive", name, d)
+		}
+	}
+	if c.cacheMin > 0 && c.cacheMax > 0 && c.cacheMin > c.cacheMax {
+		return usagef("--cache-min %d is above --cache-max %d", c.cacheMin, c.cacheMax)
+	}
+	if c.rateLimit < 0 || c.rateBurst < 0 {
+		return usagef("--rate-limit and --rate-burst must not be negative")
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return usagef("give both --tls-cert and --tls-key, or neither")
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, usagef("--log-level %q must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
+	if len(args) != 0 {
+		return usagef("serve takes no arguments, only flags")
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	level, err := parseLevel(c.logLevel)
+	if err != nil {
+		return err
+	}
+	auth, err := c.auth()
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
+	metrics := server.NewMetrics()
+	backend, err := c.open(ctx, m, logger, metrics)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{
+		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
+		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst,
+		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax},
+		ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
+		IdleTimeout: c.idleTime, ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
+	})
+	if err != nil {
+		return err
+	}
+	m.onClose(srv.Close) // before the backend closes: closers run last first
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.listen, err)
+	}
+	addr := ln.Addr().String()
+	if c.noAuth {
+		msg := "authentication is off (--no-auth): anyone who can reach this address may lease IDs and change namespaces; for local development only"
+		if !isLoopback(addr) {
+			msg += "; this address is NOT loopback"
+		}
+		logger.Warn(msg, "addr", addr)
+	}
+	var servers []string
+	if h, ok := backend.(allocator.HealthReporter); ok {
+		for _, sh := range h.Health() {
+			servers = append(servers, sh.Name)
+		}
+	}
+	scheme := "http"
+	if c.tlsCert != "" {
+		scheme = "https"
+	}
+	logger.Info("listening", "addr", addr, "url", scheme+"://"+addr, "ticket_servers", servers, "cache", c.cache,
+		"auth", !c.noAuth, "namespace_tokens", len(auth.Tokens), "admin_token", auth.Admin != "",
+		"create_namespaces_on_lease", c.createOnLease(), "rate_limit", c.rateLimit)
+	return srv.Serve(ctx, ln)
+}

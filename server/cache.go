@@ -1,0 +1,547 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// PreferLeaser is implemented by backends that can lease from a chosen ticket server (*mysql.Pair does).
+// The cache uses it to take the next segment from the other ticket server while that one is healthy,
+// so both servers keep being exercised and a dead one is noticed before the cache runs dry.
+type PreferLeaser interface {
+	LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error)
+}
+
+// CacheConfig tunes the segment cache. The zero value of each field means its default.
+type CacheConfig struct {
+	// Disabled turns the cache off: every request leases from the backend.
+	Disabled bool
+	// Target is how long a segment should last at the current rate: the next segment is twice as large
+	// when the last one lasted under half of Target, and half as large when it lasted over twice Target.
+	// Default 10s. For a namespace with a lease TTL, at most a quarter of the TTL.
+	Target time.Duration
+	// MinSegment and MaxSegment bound the segment size; MaxSegment is further bounded by the namespace's
+	// max_block_size and MinSegment raised to four default blocks. Default 10,000 and 16,777,216.
+	// A request for more than a quarter of the largest segment goes straight to the backend.
+	MinSegment, MaxSegment int64
+	// PrefetchAt is the share of a segment used when the next one is fetched. Default 0.2.
+	PrefetchAt float64
+	// SettingsTTL is how long namespace settings are used before they are read again. Default 5s.
+	SettingsTTL time.Duration
+	// FetchTimeout bounds one backend call of the cache; the backend's own timeout usually ends it
+	// first. Default 30s.
+	FetchTimeout time.Duration
+}
+
+func (c CacheConfig) withDefaults() CacheConfig {
+	if c.Target <= 0 {
+		c.Target = 10 * time.Second
+	}
+	if c.MinSegment <= 0 {
+		c.MinSegment = 10_000
+	}
+	if c.MaxSegment <= 0 {
+		c.MaxSegment = 1 << 24
+	}
+	c.MaxSegment = min(c.MaxSegment, allocator.MaxBlockSizeLimit)
+	c.MinSegment = min(c.MinSegment, c.MaxSegment)
+	if c.PrefetchAt <= 0 || c.PrefetchAt >= 1 {
+		c.PrefetchAt = 0.2
+	}
+	if c.SettingsTTL <= 0 {
+		c.SettingsTTL = 5 * time.Second
+	}
+	if c.FetchTimeout <= 0 {
+		c.FetchTimeout = 30 * time.Second
+	}
+	return c
+}
+
+const (
+	minFetchBackoff = 20 * time.Millisecond
+	maxFetchBackoff = time.Second
+)
+
+// segmentCache keeps, per namespace, a current segment that blocks are carved from and a next one
+// fetched in the background (Leaf's double buffer). Carving is lock-free; at most one backend call per
+// namespace is in flight, and requests that find the cache empty wait for it. A segment is a block the
+// backend leased, so a crash loses at most the cached segments: a gap, never a duplicate. Safe for
+// concurrent use.
+type segmentCache struct {
+	cfg     CacheConfig
+	backend allocator.Backend
+	prefer  PreferLeaser             // nil when the backend cannot choose a server
+	health  allocator.HealthReporter // nil when the backend does not report health
+	metrics *Metrics
+	logger  *slog.Logger
+	now     func() time.Time
+
+	ctx    context.Context // cancelled by close: ends background calls
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.RWMutex
+	spaces map[string]*space
+	closed bool
+}
+
+func newSegmentCache(cfg CacheConfig, b allocator.Backend, m *Metrics, logger *slog.Logger, now func() time.Time) *segmentCache {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &segmentCache{cfg: cfg.withDefaults(), backend: b, metrics: m, logger: logger, now: now,
+		ctx: ctx, cancel: cancel, spaces: map[string]*space{}}
+	c.prefer, _ = b.(PreferLeaser)
+	c.health, _ = b.(allocator.HealthReporter)
+	return c
+}
+
+// close stops background calls and waits for them. Safe to call twice.
+func (c *segmentCache) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+}
+
+// space is one namespace's cache.
+type space struct {
+	name string
+	c    *segmentCache
+
+	cur        atomic.Pointer[segment]
+	settings   atomic.Pointer[allocator.Namespace]
+	settingsAt atomic.Int64 // unix nanoseconds of the last settings read
+	size       atomic.Int64 // size of the next segment lease; 0 until the first
+	// Hints for the lock-free path, mirrored from the state under mu.
+	busy    atomic.Bool  // a backend call is in flight
+	hasNext atomic.Bool  // a next segment is waiting
+	retryAt atomic.Int64 // unix nanoseconds before which no call starts after a failure
+
+	mu           sync.Mutex
+	next         *segment
+	call         *fetchCall // the call in flight, or nil
+	lastErr      error      // of the last call, nil after a success
+	failures     int
+	lastServer   string        // ticket server of the last segment
+	lastLifetime time.Duration // how long the last retired segment served, while haveLifetime
+	haveLifetime bool
+}
+
+// fetchCall is one backend call; waiters read err once done is closed.
+type fetchCall struct {
+	done chan struct{}
+	err  error
+}
+
+// segment is a leased block that client blocks are carved from.
+type segment struct {
+	blk       allocator.Block
+	taken     atomic.Int64 // IDs handed out (may pass blk.Size: the carve that did failed)
+	threshold int64        // taken at which the next segment is fetched
+	staleAt   time.Time    // zero: never; from then on no block is carved from it
+	activated time.Time    // when it became current; under space.mu
+}
+
+// take carves n IDs, or reports that the segment cannot hold them (it is then used up).
+func (s *segment) take(n int64) (allocator.Block, bool) {
+	end := s.taken.Add(n)
+	if end > s.blk.Size {
+		return allocator.Block{}, false
+	}
+	b, err := s.blk.Slice(end-n, n)
+	return b, err == nil
+}
+
+func (s *segment) fresh(now time.Time) bool { return s.staleAt.IsZero() || now.Before(s.staleAt) }
+
+func (s *segment) remaining() int64 { return max(0, s.blk.Size-s.taken.Load()) }
+
+func (c *segmentCache) space(name string) *space {
+	c.mu.RLock()
+	sp := c.spaces[name]
+	c.mu.RUnlock()
+	if sp != nil {
+		return sp
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sp = c.spaces[name]; sp == nil {
+		sp = &space{name: name, c: c}
+		c.spaces[name] = sp
+	}
+	return sp
+}
+
+// forget drops a namespace's segments (after its settings change, or when it does not exist).
+func (c *segmentCache) forget(name string) {
+	c.mu.Lock()
+	delete(c.spaces, name)
+	c.mu.Unlock()
+}
+
+// bounds are the segment sizes allowed for a namespace.
+func (c *segmentCache) bounds(st allocator.Namespace) (lo, hi int64) {
+	hi = min(c.cfg.MaxSegment, st.MaxBlockSize)
+	lo = min(max(c.cfg.MinSegment, 4*st.BlockSize), hi)
+	return lo, hi
+}
+
+// target is how long a segment of this namespace should last: a segment stops serving at half the
+// lease TTL, so it should be used up well before that.
+func (c *segmentCache) target(st allocator.Namespace) time.Duration {
+	if st.LeaseTTL > 0 {
+		return min(c.cfg.Target, st.LeaseTTL/4)
+	}
+	return c.cfg.Target
+}
+
+// lease returns a block of size IDs (0: the namespace's block size) and whether it came from a cached
+// segment. The size is checked against the namespace's settings before any backend lease.
+func (c *segmentCache) lease(ctx context.Context, name string, size int64, reqID string) (allocator.Block, bool, error) {
+	sp := c.space(name)
+	st, err := sp.loadSettings(ctx, reqID)
+	if err != nil {
+		if errors.Is(err, allocator.ErrNotFound) {
+			c.forget(name)
+		}
+		return allocator.Block{}, false, err
+	}
+	if size == 0 {
+		size = st.BlockSize
+	}
+	if err := allocator.ValidateSize(size, st.MaxBlockSize); err != nil {
+		return allocator.Block{}, false, err
+	}
+	lo, hi := c.bounds(st)
+	if size*4 > hi {
+		blk, err := c.backend.Lease(ctx, name, size)
+		return blk, false, err
+	}
+	if cur := sp.size.Load(); size*4 > max(cur, lo) {
+		// Too big for the segments of late: serve it directly, and make the next segments fit it.
+		sp.size.CompareAndSwap(cur, min(size*4, hi))
+		blk, err := c.backend.Lease(ctx, name, size)
+		return blk, false, err
+	}
+	for {
+		now := c.now()
+		seg := sp.cur.Load()
+		if seg != nil && seg.blk.Size < size {
+			// A segment from before a settings change may be too small for this request.
+			blk, err := c.backend.Lease(ctx, name, size)
+			return blk, false, err
+		}
+		if seg != nil && seg.fresh(now) {
+			if blk, ok := seg.take(size); ok {
+				sp.kick(now, seg, reqID)
+				return blk, true, nil
+			}
+		}
+		if err := sp.refill(ctx, seg, reqID); err != nil {
+			return allocator.Block{}, false, err
+		}
+	}
+}
+
+// loadSettings returns the namespace's settings, reading them (once for all callers) when unknown,
+// and starting a background refresh when they are old.
+func (sp *space) loadSettings(ctx context.Context, reqID string) (allocator.Namespace, error) {
+	for {
+		if st := sp.settings.Load(); st != nil {
+			return *st, nil
+		}
+		sp.mu.Lock()
+		if sp.settings.Load() != nil {
+			sp.mu.Unlock()
+			continue
+		}
+		call, err := sp.joinLocked(false, reqID)
+		sp.mu.Unlock()
+		if err != nil {
+			return allocator.Namespace{}, err
+		}
+		if err := wait(ctx, call); err != nil {
+			return allocator.Namespace{}, err
+		}
+	}
+}
+
+// joinLocked returns the call in flight, starting one when there is none. Within the backoff after a
+// failed call it returns that call's error instead.
+func (sp *space) joinLocked(withSegment bool, reqID string) (*fetchCall, error) {
+	if sp.call != nil {
+		return sp.call, nil
+	}
+	if sp.lastErr != nil && sp.c.now().UnixNano() < sp.retryAt.Load() {
+		return nil, sp.lastErr
+	}
+	return sp.startLocked(withSegment, reqID)
+}
+
+func wait(ctx context.Context, call *fetchCall) error {
+	select {
+	case <-call.done:
+		return call.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// refill replaces seen, the current segment that could not serve, with the next one, or waits for a
+// backend call that brings one. It returns nil when the caller should try again.
+func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error {
+	sp.mu.Lock()
+	if sp.cur.Load() != seen {
+		sp.mu.Unlock()
+		return nil // another caller already replaced it
+	}
+	now := sp.c.now()
+	if seen != nil {
+		sp.lastLifetime, sp.haveLifetime = now.Sub(seen.activated), true
+		sp.cur.Store(nil)
+	}
+	if n := sp.next; n != nil {
+		sp.next = nil
+		sp.hasNext.Store(false)
+		if n.fresh(now) {
+			n.activated = now
+			sp.cur.Store(n)
+			sp.mu.Unlock()
+			return nil
+		}
+		sp.c.logger.Debug("cached segment dropped: older than half its lease TTL", "namespace", sp.name, "block", n.blk.String())
+	}
+	call, err := sp.joinLocked(true, reqID)
+	sp.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return wait(ctx, call)
+}
+
+// kick starts a background call when the current segment is used past its threshold and no next
+// segment waits, or when the settings are old. It costs a few atomic loads when there is nothing to do.
+func (sp *space) kick(now time.Time, seg *segment, reqID string) {
+	if sp.busy.Load() || now.UnixNano() < sp.retryAt.Load() {
+		return
+	}
+	needSegment := seg.taken.Load() >= seg.threshold && !sp.hasNext.Load()
+	oldSettings := now.UnixNano()-sp.settingsAt.Load() > int64(sp.c.cfg.SettingsTTL)
+	if !needSegment && !oldSettings {
+		return
+	}
+	sp.mu.Lock()
+	if sp.call == nil {
+		_, _ = sp.startLocked(needSegment, reqID)
+	}
+	sp.mu.Unlock()
+}
+
+// startLocked starts the one backend call of this namespace.
+func (sp *space) startLocked(withSegment bool, reqID string) (*fetchCall, error) {
+	c := sp.c
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, allocator.ErrClosed
+	}
+	call := &fetchCall{done: make(chan struct{})}
+	sp.call = call
+	sp.busy.Store(true)
+	c.wg.Add(1)
+	go sp.fetch(call, withSegment, reqID)
+	return call, nil
+}
+
+// wantSegmentLocked reports whether a segment lease is needed now.
+func (sp *space) wantSegmentLocked(now time.Time) bool {
+	if sp.next != nil {
+		return false
+	}
+	cur := sp.cur.Load()
+	return cur == nil || !cur.fresh(now) || cur.taken.Load() >= cur.threshold
+}
+
+// fetch is the backend call: it refreshes old settings and, when asked, leases a segment.
+func (sp *space) fetch(call *fetchCall, withSegment bool, reqID string) {
+	c := sp.c
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.FetchTimeout)
+	defer cancel()
+	now := c.now()
+	var err error
+	st := sp.settings.Load()
+	if st == nil || now.UnixNano()-sp.settingsAt.Load() > int64(c.cfg.SettingsTTL) {
+		ns, nerr := c.backend.Namespace(ctx, sp.name)
+		switch {
+		case nerr == nil:
+			ns.Servers = nil
+			st = &ns
+			sp.settings.Store(st)
+			sp.settingsAt.Store(now.UnixNano())
+		case st == nil || errors.Is(nerr, allocator.ErrNotFound):
+			err = nerr
+		default:
+			c.logger.Debug("could not refresh namespace settings; using the last known", "namespace", sp.name, "err", nerr)
+		}
+	}
+	var seg *segment
+	if err == nil && withSegment {
+		sp.mu.Lock()
+		want := sp.wantSegmentLocked(now)
+		size := sp.nextSizeLocked(*st)
+		last := sp.lastServer
+		sp.mu.Unlock()
+		if want {
+			seg, err = sp.leaseSegment(ctx, *st, size, last, reqID)
+		}
+	}
+
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	switch {
+	case err == nil:
+		sp.lastErr, sp.failures = nil, 0
+		sp.retryAt.Store(0)
+	case errors.Is(err, allocator.ErrNotFound):
+		sp.lastErr = nil // not a fault: no backoff, so that a namespace created now is served at once
+	default:
+		sp.failures++
+		sp.lastErr = err
+		sp.retryAt.Store(c.now().Add(backoff(sp.failures)).UnixNano())
+	}
+	if seg != nil {
+		sp.lastServer = seg.blk.Server
+		if cur := sp.cur.Load(); cur == nil || !cur.fresh(c.now()) || cur.remaining() == 0 {
+			seg.activated = c.now()
+			sp.cur.Store(seg)
+		} else {
+			sp.next = seg
+			sp.hasNext.Store(true)
+		}
+	}
+	call.err = err
+	sp.call = nil
+	sp.busy.Store(false)
+	close(call.done)
+}
+
+// backoff is the wait after n consecutive failed calls: doubling from 20ms to 1s, with jitter.
+func backoff(n int) time.Duration {
+	d := minFetchBackoff << min(n-1, 10)
+	if d > maxFetchBackoff || d <= 0 {
+		d = maxFetchBackoff
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// nextSizeLocked adapts the segment size to the rate: double when the last segment lasted under half
+// the target, halve when it lasted over twice the target, within the namespace's bounds.
+func (sp *space) nextSizeLocked(st allocator.Namespace) int64 {
+	lo, hi := sp.c.bounds(st)
+	size := max(sp.size.Load(), lo)
+	target := sp.c.target(st)
+	if sp.haveLifetime {
+		switch l := sp.lastLifetime; {
+		case l < target/2:
+			size *= 2
+		case l > 2*target:
+			size /= 2
+		}
+		sp.haveLifetime = false
+	}
+	size = min(max(size, lo), hi)
+	sp.size.Store(size)
+	return size
+}
+
+// preferFor chooses the ticket server for the next segment: another healthy server than the last
+// segment's, else the last one if it is healthy, else whichever the backend picks.
+func (c *segmentCache) preferFor(last string) string {
+	if c.health == nil {
+		return ""
+	}
+	lastHealthy := false
+	for _, h := range c.health.Health() {
+		switch {
+		case !h.Healthy:
+		case h.Name != last:
+			return h.Name
+		default:
+			lastHealthy = true
+		}
+	}
+	if lastHealthy {
+		return last
+	}
+	return ""
+}
+
+func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size int64, last, reqID string) (*segment, error) {
+	c := sp.c
+	var blk allocator.Block
+	var err error
+	if c.prefer != nil {
+		blk, err = c.prefer.LeaseFrom(ctx, sp.name, size, c.preferFor(last))
+	} else {
+		blk, err = c.backend.Lease(ctx, sp.name, size)
+	}
+	c.metrics.observeFetch(sp.name, err)
+	if err != nil {
+		if !errors.Is(err, allocator.ErrNotFound) && ctx.Err() == nil {
+			c.logger.Warn("segment lease failed; serving what is cached", "namespace", sp.name, "size", size,
+				"request_id", reqID, "err", err)
+		}
+		return nil, err
+	}
+	seg := &segment{blk: blk, threshold: max(1, int64(float64(blk.Size)*c.cfg.PrefetchAt))}
+	if st.LeaseTTL > 0 && !blk.ExpiresAt.IsZero() {
+		// Every block carved from it keeps its expiry; serving only in the first half of the TTL leaves
+		// each client at least half the TTL to use its block.
+		seg.staleAt = blk.ExpiresAt.Add(-st.LeaseTTL / 2)
+	}
+	return seg, nil
+}
+
+// spaceStats is one namespace's cache as /metrics shows it.
+type spaceStats struct {
+	Namespace   string
+	Segments    int
+	Remaining   int64
+	SegmentSize int64
+}
+
+func (c *segmentCache) stats() []spaceStats {
+	c.mu.RLock()
+	spaces := make([]*space, 0, len(c.spaces))
+	for _, sp := range c.spaces {
+		spaces = append(spaces, sp)
+	}
+	c.mu.RUnlock()
+	now := c.now()
+	out := make([]spaceStats, 0, len(spaces))
+	for _, sp := range spaces {
+		st := spaceStats{Namespace: sp.name, SegmentSize: sp.size.Load()}
+		if cur := sp.cur.Load(); cur != nil && cur.fresh(now) && cur.remaining() > 0 {
+			st.Segments++
+			st.Remaining += cur.remaining()
+		}
+		sp.mu.Lock()
+		if n := sp.next; n != nil && n.fresh(now) {
+			st.Segments++
+			st.Remaining += n.blk.Size
+		}
+		sp.mu.Unlock()
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
+	return out
+}

@@ -1,0 +1,199 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Metrics holds ticketd's Prometheus metrics in a registry of its own. It is also the allocator.Observer
+// to give the backend (mysql.Config.Observer), so that lease latency is recorded per ticket server.
+// Safe for concurrent use; one Metrics serves one Server.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	leaseSeconds *prometheus.HistogramVec
+	ids          *prometheus.CounterVec
+	blocks       *prometheus.CounterVec
+	failovers    *prometheus.CounterVec
+	fetches      *prometheus.CounterVec
+
+	// Label lookups cost a hash and a map access; the hot path keeps the children it has seen.
+	mu       sync.RWMutex
+	reqChild map[reqKey]prometheus.Counter
+	durChild map[string]prometheus.Observer
+	idsChild map[string]nsCounters
+}
+
+type reqKey struct {
+	route, method string
+	status        int
+}
+
+type nsCounters struct {
+	ids, cached, direct prometheus.Counter
+}
+
+var _ allocator.Observer = (*Metrics)(nil)
+
+// NewMetrics returns the metrics, with Go runtime and process collectors registered.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_http_requests_total", Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ticketd_http_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route"}),
+		leaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ticketd_lease_duration_seconds", Help: "Latency of one lease attempt on one ticket server, by result.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"server", "result"}),
+		ids: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_ids_issued_total", Help: "IDs handed to clients, by namespace.",
+		}, []string{"namespace"}),
+		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_blocks_issued_total", Help: "Blocks handed to clients, by namespace and source (cache: carved from a cached segment; backend: leased for the request).",
+		}, []string{"namespace", "source"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_failovers_total", Help: "Leases that moved on from a failed ticket server to the next, by the server that failed.",
+		}, []string{"from"}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_cache_fetches_total", Help: "Segment leases by the cache, by namespace and result.",
+		}, []string{"namespace", "result"}),
+		reqChild: map[reqKey]prometheus.Counter{},
+		durChild: map[string]prometheus.Observer{},
+		idsChild: map[string]nsCounters{},
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is where the metrics live; register more collectors here.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// ObserveLease records one lease attempt on a ticket server.
+func (m *Metrics) ObserveLease(server string, took time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.leaseSeconds.WithLabelValues(server, result).Observe(took.Seconds())
+}
+
+// ObserveFailover records a lease moving on from a failed server.
+func (m *Metrics) ObserveFailover(from string) { m.failovers.WithLabelValues(from).Inc() }
+
+func (m *Metrics) observeRequest(route, method string, status int, took time.Duration) {
+	k := reqKey{route, method, status}
+	m.mu.RLock()
+	c, okc := m.reqChild[k]
+	d, okd := m.durChild[route]
+	m.mu.RUnlock()
+	if !okc || !okd {
+		m.mu.Lock()
+		if c, okc = m.reqChild[k]; !okc {
+			c = m.requests.WithLabelValues(route, method, strconv.Itoa(status))
+			m.reqChild[k] = c
+		}
+		if d, okd = m.durChild[route]; !okd {
+			d = m.duration.WithLabelValues(route)
+			m.durChild[route] = d
+		}
+		m.mu.Unlock()
+	}
+	c.Inc()
+	d.Observe(took.Seconds())
+}
+
+// observeIssued counts a block handed to a client.
+func (m *Metrics) observeIssued(namespace string, size int64, cached bool) {
+	m.mu.RLock()
+	n, ok := m.idsChild[namespace]
+	m.mu.RUnlock()
+	if !ok {
+		m.mu.Lock()
+		if n, ok = m.idsChild[namespace]; !ok {
+			n = nsCounters{ids: m.ids.WithLabelValues(namespace),
+				cached: m.blocks.WithLabelValues(namespace, "cache"), direct: m.blocks.WithLabelValues(namespace, "backend")}
+			m.idsChild[namespace] = n
+		}
+		m.mu.Unlock()
+	}
+	n.ids.Add(float64(size))
+	if cached {
+		n.cached.Inc()
+	} else {
+		n.direct.Inc()
+	}
+}
+
+func (m *Metrics) observeFetch(namespace string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.fetches.WithLabelValues(namespace, result).Inc()
+}
+
+// stateCollector reports, at each scrape, ticket server health and the cache's segments.
+type stateCollector struct {
+	health   allocator.HealthReporter // may be nil
+	cache    *segmentCache            // may be nil
+	up       *prometheus.Desc
+	segments *prometheus.Desc
+	left     *prometheus.Desc
+	size     *prometheus.Desc
+}
+
+func newStateCollector(h allocator.HealthReporter, c *segmentCache) *stateCollector {
+	return &stateCollector{health: h, cache: c,
+		up:       prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
+		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{"namespace"}, nil),
+		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{"namespace"}, nil),
+		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{"namespace"}, nil),
+	}
+}
+
+func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sc.up
+	ch <- sc.segments
+	ch <- sc.left
+	ch <- sc.size
+}
+
+func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if sc.health != nil {
+		for _, h := range sc.health.Health() {
+			v := 0.0
+			if h.Healthy {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(sc.up, prometheus.GaugeValue, v, h.Name)
+		}
+	}
+	if sc.cache != nil {
+		for _, st := range sc.cache.stats() {
+			ch <- prometheus.MustNewConstMetric(sc.segments, prometheus.GaugeValue, float64(st.Segments), st.Namespace)
+			ch <- prometheus.MustNewConstMetric(sc.left, prometheus.GaugeValue, float64(st.Remaining), st.Namespace)
+			ch <- prometheus.MustNewConstMetric(sc.size, prometheus.GaugeValue, float64(st.SegmentSize), st.Namespace)
+		}
+	}
+}

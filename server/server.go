@@ -1,0 +1,493 @@
+// Package server is ticketd's HTTP API v1 on echo: the routes, bearer-token auth, the one table that
+// maps allocator errors to HTTP statuses, Prometheus metrics, and a server-side segment cache that
+// serves blocks from memory. It depends on the allocator's types only, never on a particular backend.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	_ "embed" // the OpenAPI document
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/api"
+)
+
+// Config configures a Server. The zero value of each field means its default.
+type Config struct {
+	// Backend leases the blocks. Required. The server does not close it.
+	Backend allocator.Backend
+	// Auth says who may call; with neither tokens nor Auth.Disabled, New fails.
+	Auth Auth
+	// CreateOnLease lets a lease by the admin (or by anyone with Auth.Disabled) create a missing
+	// namespace with default settings. For the embedded store and local development.
+	CreateOnLease bool
+	// Cache tunes the segment cache, on by default.
+	Cache CacheConfig
+	// RateLimit is the requests per second allowed to each token (each client address without auth)
+	// on the /v1 routes; past it the answer is 429 with Retry-After. Zero means no limit.
+	RateLimit float64
+	// RateBurst is how many requests a token may send at once. Default max(1, RateLimit).
+	RateBurst int
+	// Logger receives JSON-friendly structured logs; request lines carry "request_id". Default
+	// slog.Default().
+	Logger *slog.Logger
+	// AccessLog logs every request at Info; otherwise only failed ones (5xx at Error, others at Debug).
+	AccessLog bool
+	// Metrics receives the server's metrics; pass the one given to the backend as its Observer.
+	// Default NewMetrics().
+	Metrics *Metrics
+
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout configure the http.Server.
+	// Defaults 5s, 10s, 15s and 120s.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds request headers. Default 16 KiB.
+	MaxHeaderBytes int
+	// ShutdownTimeout bounds a graceful shutdown. Default 30s.
+	ShutdownTimeout time.Duration
+	// TLSCertFile and TLSKeyFile, when both set, make Serve speak HTTPS (TLS 1.2 or later).
+	TLSCertFile, TLSKeyFile string
+
+	now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if c.RateBurst <= 0 {
+		c.RateBurst = max(1, int(c.RateLimit))
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 5 * time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 15 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 16 << 10
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+// Server is the HTTP API. Safe for concurrent use; Close it after Serve returns.
+type Server struct {
+	cfg     Config
+	backend allocator.Backend
+	health  allocator.HealthReporter // nil when the backend does not report health
+	e       *echo.Echo
+	cache   *segmentCache // nil when disabled
+	auth    *authenticator
+	limiter *limiter // nil without a rate limit
+	metrics *Metrics
+	logger  *slog.Logger
+
+	idPrefix string
+	idSeq    atomic.Uint64
+	draining atomic.Bool
+
+	closeOnce sync.Once
+}
+
+// New checks the configuration and builds the server.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Backend == nil {
+		return nil, errors.New("server: no backend")
+	}
+	if err := cfg.Auth.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if cfg.RateLimit < 0 {
+		return nil, fmt.Errorf("server: rate limit %g must not be negative", cfg.RateLimit)
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return nil, errors.New("server: TLS needs both a certificate and a key file")
+	}
+	var prefix [4]byte
+	_, _ = rand.Read(prefix[:])
+	s := &Server{cfg: cfg, backend: cfg.Backend, auth: newAuthenticator(cfg.Auth), metrics: cfg.Metrics,
+		logger: cfg.Logger, idPrefix: hex.EncodeToString(prefix[:]) + "-"}
+	s.health, _ = cfg.Backend.(allocator.HealthReporter)
+	if !cfg.Cache.Disabled {
+		s.cache = newSegmentCache(cfg.Cache, cfg.Backend, cfg.Metrics, cfg.Logger, cfg.now)
+	}
+	if cfg.RateLimit > 0 {
+		s.limiter = newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.now)
+	}
+	if err := cfg.Metrics.reg.Register(newStateCollector(s.health, s.cache)); err != nil {
+		s.closeCache()
+		return nil, fmt.Errorf("server: metrics: %w (give each Server its own Metrics)", err)
+	}
+	s.e = s.routes()
+	return s, nil
+}
+
+// routes builds the echo instance. Each route is also in openapi.json; a test keeps them in sync.
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe)
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
+	e.GET("/openapi.json", s.openapi)
+	// Middleware per route rather than on a group: a group's middleware makes echo answer 404 for
+	// every unknown method, where 405 is right.
+	v1 := []echo.MiddlewareFunc{s.authenticate}
+	if s.limiter != nil {
+		v1 = append(v1, s.rateLimit)
+	}
+	e.POST("/v1/namespaces/:ns/blocks", s.postBlock, v1...)
+	e.GET("/v1/namespaces/:ns/ids", s.getIDs, v1...)
+	e.GET("/v1/namespaces/:ns", s.getNamespace, v1...)
+	e.PUT("/v1/namespaces/:ns", s.putNamespace, v1...)
+	e.GET("/v1/namespaces", s.listNamespaces, v1...)
+	return e
+}
+
+// Handler is the HTTP handler of every route.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Close stops the cache's background calls. It does not close the backend. Safe to call twice.
+func (s *Server) Close() error {
+	s.closeCache()
+	return nil
+}
+
+func (s *Server) closeCache() {
+	s.closeOnce.Do(func() {
+		if s.cache != nil {
+			s.cache.close()
+		}
+	})
+}
+
+// Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting connections,
+// lets requests in flight finish (up to ShutdownTimeout), and returns. /readyz answers 503 meanwhile.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.e,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	tlsOn := s.cfg.TLSCertFile != ""
+	if tlsOn {
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if tlsOn {
+			errc <- hs.ServeTLS(ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: %w", err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.logger.Info("shutting down: refusing new connections, finishing requests in flight", "timeout", s.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	<-errc
+	if err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("server: graceful shutdown: %w", err)
+	}
+	s.logger.Info("stopped; every request in flight was answered")
+	return nil
+}
+
+// requestID returns the request's ID (set by observe).
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+// validRequestID accepts a caller's X-Request-Id only if it is short and plain, so that it cannot
+// forge log lines.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		ch := id[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_' || ch == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func routeOf(c echo.Context) string {
+	if p := c.Path(); p != "" {
+		return p
+	}
+	return "unmatched"
+}
+
+// observe is the outermost middleware: request ID, panic recovery, the error answer, metrics and the
+// access log.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := s.cfg.now()
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !validRequestID(id) {
+			id = s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+		}
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			return next(c)
+		}()
+		if err != nil {
+			c.Error(err)
+		}
+		took := s.cfg.now().Sub(start)
+		status := c.Response().Status
+		route := routeOf(c)
+		s.metrics.observeRequest(route, c.Request().Method, status, took)
+		if s.cfg.AccessLog || (err != nil && status < 500) {
+			level := slog.LevelInfo
+			if !s.cfg.AccessLog {
+				level = slog.LevelDebug
+			}
+			attrs := []any{"request_id", id, "method", c.Request().Method, "route", route, "status", status,
+				"duration_ms", float64(took.Microseconds()) / 1000, "remote", c.RealIP()}
+			if err != nil {
+				attrs = append(attrs, "err", err.Error())
+			}
+			s.logger.Log(c.Request().Context(), level, "request", attrs...)
+		}
+		return nil
+	}
+}
+
+// lease takes a block for a request: from the cache, or the backend when the cache is off. A missing
+// namespace is created first when the server allows it and the caller is the admin.
+func (s *Server) lease(c echo.Context, ns string, size int64) (allocator.Block, bool, error) {
+	ctx := c.Request().Context()
+	id := requestID(c)
+	blk, cached, err := s.leaseOnce(ctx, ns, size, id)
+	if s.cfg.CreateOnLease && callerOf(c).admin && errors.Is(err, allocator.ErrNotFound) && !errors.Is(err, allocator.ErrUnavailable) {
+		if _, cerr := s.backend.CreateNamespace(ctx, allocator.Namespace{Name: ns}); cerr != nil && !errors.Is(cerr, allocator.ErrExists) {
+			return allocator.Block{}, false, cerr
+		}
+		s.logger.Info("namespace created at its first lease, with default settings", "namespace", ns, "request_id", id)
+		blk, cached, err = s.leaseOnce(ctx, ns, size, id)
+	}
+	return blk, cached, err
+}
+
+func (s *Server) leaseOnce(ctx context.Context, ns string, size int64, reqID string) (allocator.Block, bool, error) {
+	if s.cache != nil {
+		return s.cache.lease(ctx, ns, size, reqID)
+	}
+	blk, err := s.backend.Lease(ctx, ns, size)
+	return blk, false, err
+}
+
+// namespaceParam authorizes the caller for the path's namespace, then checks its name.
+func namespaceParam(c echo.Context) (string, error) {
+	ns := c.Param("ns")
+	if err := authorize(c, ns); err != nil {
+		return "", err
+	}
+	return ns, allocator.ValidateName(ns)
+}
+
+func (s *Server) postBlock(c echo.Context) error {
+	ns, err := namespaceParam(c)
+	if err != nil {
+		return err
+	}
+	size, err := readBlockRequest(c.Request())
+	if err != nil {
+		return err
+	}
+	blk, cached, err := s.lease(c, ns, size)
+	if err != nil {
+		return err
+	}
+	s.metrics.observeIssued(ns, blk.Size, cached)
+	return writeJSON(c, func(buf []byte) []byte { return appendBlock(buf, blk) })
+}
+
+func (s *Server) getIDs(c echo.Context) error {
+	ns, err := namespaceParam(c)
+	if err != nil {
+		return err
+	}
+	count, err := readCount(c.Request().URL.Query())
+	if err != nil {
+		return err
+	}
+	blk, cached, err := s.lease(c, ns, count)
+	if err != nil {
+		return err
+	}
+	s.metrics.observeIssued(ns, blk.Size, cached)
+	return writeJSON(c, func(buf []byte) []byte { return appendIDs(buf, blk) })
+}
+
+func (s *Server) getNamespace(c echo.Context) error {
+	ns, err := namespaceParam(c)
+	if err != nil {
+		return err
+	}
+	got, err := s.backend.Namespace(c.Request().Context(), ns)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.FromNamespace(got))
+}
+
+func (s *Server) listNamespaces(c echo.Context) error {
+	if err := requireAdmin(c); err != nil {
+		return err
+	}
+	list, err := s.backend.Namespaces(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := api.Namespaces{Namespaces: make([]api.Namespace, 0, len(list))}
+	for _, ns := range list {
+		out.Namespaces = append(out.Namespaces, api.FromNamespace(ns))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// putNamespace creates a namespace (201) or updates its settings (200); fields left out keep their
+// value on update and take their default on create.
+func (s *Server) putNamespace(c echo.Context) error {
+	if err := requireAdmin(c); err != nil {
+		return err
+	}
+	name := c.Param("ns")
+	if err := allocator.ValidateName(name); err != nil {
+		return err
+	}
+	var body api.NamespaceSettings
+	if err := readJSON(c.Request(), &body); err != nil {
+		return err
+	}
+	set, err := parseSettings(body)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	status := http.StatusOK
+	cur, err := s.backend.Namespace(ctx, name)
+	var out allocator.Namespace
+	switch {
+	case errors.Is(err, allocator.ErrNotFound) && !errors.Is(err, allocator.ErrUnavailable):
+		want := set.apply(allocator.Namespace{Name: name})
+		if err := want.WithDefaults().Validate(); err != nil {
+			return err
+		}
+		out, err = s.backend.CreateNamespace(ctx, want)
+		if errors.Is(err, allocator.ErrExists) { // created meanwhile by another caller: update it
+			if cur, err = s.backend.Namespace(ctx, name); err == nil {
+				out, err = s.update(ctx, cur, set)
+			}
+			break
+		}
+		status = http.StatusCreated
+	case err != nil:
+		return err
+	default:
+		out, err = s.update(ctx, cur, set)
+	}
+	if err != nil {
+		return err
+	}
+	if s.cache != nil {
+		s.cache.forget(name) // cached segments were cut under the old settings
+	}
+	if full, err := s.backend.Namespace(ctx, name); err == nil {
+		out = full
+	}
+	s.logger.Info("namespace settings written", "namespace", name, "created", status == http.StatusCreated, "request_id", requestID(c))
+	return c.JSON(status, api.FromNamespace(out))
+}
+
+func (s *Server) update(ctx context.Context, cur allocator.Namespace, set settings) (allocator.Namespace, error) {
+	want := set.apply(allocator.Namespace{Name: cur.Name, BlockSize: cur.BlockSize, MaxBlockSize: cur.MaxBlockSize, LeaseTTL: cur.LeaseTTL})
+	if err := want.WithDefaults().Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	return s.backend.UpdateNamespace(ctx, want)
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSONBlob(http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// readyz is 200 while at least one ticket server is usable and the server is not shutting down.
+func (s *Server) readyz(c echo.Context) error {
+	out := api.Readiness{Servers: []api.ServerStatus{}}
+	usable := s.health == nil
+	if s.health != nil {
+		for _, h := range s.health.Health() {
+			out.Servers = append(out.Servers, api.ServerStatus{Name: h.Name, Healthy: h.Healthy})
+			usable = usable || h.Healthy
+		}
+	}
+	switch {
+	case s.draining.Load():
+		out.Error = &api.ErrorBody{Code: api.CodeShuttingDown, Message: "this ticketd is shutting down"}
+	case !usable:
+		out.Error = &api.ErrorBody{Code: api.CodeNotReady, Message: "no ticket server is usable; see the server log and ticketd_ticket_server_up"}
+	default:
+		out.Ready = true
+		return c.JSON(http.StatusOK, out)
+	}
+	c.Response().Header().Set("Retry-After", "1")
+	return c.JSON(http.StatusServiceUnavailable, out)
+}
+
+//go:embed openapi.json
+var openapiJSON []byte
+
+func (s *Server) openapi(c echo.Context) error {
+	return c.JSONBlob(http.StatusOK, openapiJSON)
+}
