@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -116,6 +117,7 @@ type nsCreateCmd struct {
 	backendFlags
 	blockSize, maxBlockSize, start int64
 	ttl                            time.Duration
+	existsOK                       bool
 }
 
 func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
@@ -124,6 +126,7 @@ func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
 	fs.Var(int64Flag{&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit}, "max-block-size", fmt.Sprintf("largest lease (0: %d)", allocator.DefaultMaxBlockSize))
 	fs.Var(int64Flag{&c.start, 0, math.MaxInt64}, "start", "lowest ID to issue, to begin above IDs a table already has (0: 1)")
 	fs.DurationVar(&c.ttl, "lease-ttl", 0, "how long a leased block may be used; 0 means forever")
+	fs.BoolVar(&c.existsOK, "exists-ok", false, "succeed when the namespace exists already (its settings are left as they are)")
 }
 
 func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
@@ -140,6 +143,9 @@ func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	ns, err := b.CreateNamespace(ctx, want)
+	if errors.Is(err, allocator.ErrExists) && c.existsOK {
+		ns, err = want, nil
+	}
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/allocator/redis"
 )
 
 // envName is the environment variable that a flag falls back to: --data-dir reads TICKETD_DATA_DIR.
@@ -51,10 +52,12 @@ func describeEnv(fs *flag.FlagSet) {
 	})
 }
 
-// backendFlags choose and open the ticket backend: the MySQL pair when --mysql is given, otherwise the
-// embedded store in --data-dir.
+// backendFlags choose and open the ticket backend: the MySQL pair when --mysql is given, Redis
+// instances when --redis is given, otherwise the embedded store in --data-dir.
 type backendFlags struct {
 	mysql          string
+	redis          string
+	allowVolatile  bool
 	dataDir        string
 	timeout        time.Duration
 	attemptTimeout time.Duration
@@ -64,10 +67,12 @@ type backendFlags struct {
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.mysql, "mysql", "", "comma-separated DSNs of the MySQL/MariaDB ticket servers, e.g. 'ticketd:pw@tcp(db-a:3306)/ticketd,ticketd:pw@tcp(db-b:3306)/ticketd'; empty uses the embedded store")
-	fs.StringVar(&b.dataDir, "data-dir", "ticketd-data", "directory of the embedded store, used when --mysql is empty")
+	fs.StringVar(&b.redis, "redis", "", "comma-separated Redis instances (host:port or redis://[user:password@]host:port[/db]), e.g. 'redis-a:6379,redis-b:6379'; instance i issues IDs ≡ i (mod the number of instances)")
+	fs.BoolVar(&b.allowVolatile, "allow-volatile-redis", false, "open Redis instances that can lose acknowledged writes (appendonly not yes or appendfsync not always): a restart may then reissue IDs")
+	fs.StringVar(&b.dataDir, "data-dir", "ticketd-data", "directory of the embedded store, used when neither --mysql nor --redis is given")
 	fs.DurationVar(&b.timeout, "lease-timeout", 5*time.Second, "how long a lease may take, failover to the other ticket servers included")
 	fs.DurationVar(&b.attemptTimeout, "attempt-timeout", 2*time.Second, "how long one attempt on one ticket server may take")
-	fs.StringVar(&b.create, "create-namespaces", "auto", "create a missing namespace with default settings at its first lease: on, off, or auto (on for the embedded store, off with --mysql)")
+	fs.StringVar(&b.create, "create-namespaces", "auto", "create a missing namespace with default settings at its first lease: on, off, or auto (on for the embedded store, off with --mysql or --redis)")
 	fs.BoolVar(&b.migrate, "auto-migrate", false, "apply the schema on each ticket server when it is first checked (otherwise run 'ticketd migrate' once)")
 }
 
@@ -83,15 +88,35 @@ func (b *backendFlags) validate() error {
 	default:
 		return usagef("--create-namespaces %q must be on, off or auto", b.create)
 	}
-	if b.mysql == "" && strings.TrimSpace(b.dataDir) == "" {
-		return usagef("--data-dir must not be empty when --mysql is not given")
+	if b.mysql != "" && b.redis != "" {
+		return usagef("--mysql and --redis both given; choose one ticket backend")
+	}
+	if b.redis != "" && len(splitList(b.redis)) == 0 {
+		return usagef("--redis %q names no instance", b.redis)
+	}
+	if b.kind() == "embedded" && strings.TrimSpace(b.dataDir) == "" {
+		return usagef("--data-dir must not be empty when neither --mysql nor --redis is given")
 	}
 	return nil
 }
 
-func (b *backendFlags) dsns() []string {
+// kind names the chosen backend: mysql, redis or embedded.
+func (b *backendFlags) kind() string {
+	switch {
+	case b.mysql != "":
+		return "mysql"
+	case b.redis != "":
+		return "redis"
+	}
+	return "embedded"
+}
+
+func (b *backendFlags) dsns() []string { return splitList(b.mysql) }
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
 	var out []string
-	for _, d := range strings.Split(b.mysql, ",") {
+	for _, d := range strings.Split(v, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			out = append(out, d)
 		}
@@ -101,7 +126,7 @@ func (b *backendFlags) dsns() []string {
 
 // createOnLease reports whether a lease may create its namespace.
 func (b *backendFlags) createOnLease() bool {
-	return b.create == "on" || (b.create == "auto" && b.mysql == "")
+	return b.create == "on" || (b.create == "auto" && b.kind() == "embedded")
 }
 
 // mysqlConfig is the pair's configuration from the flags.
@@ -116,13 +141,22 @@ func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, o
 		return nil, err
 	}
 	var be allocator.Backend
-	if b.mysql != "" {
+	switch b.kind() {
+	case "mysql":
 		p, err := mysql.Open(ctx, b.mysqlConfig(logger, obs))
 		if err != nil {
 			return nil, err
 		}
 		be = p
-	} else {
+	case "redis":
+		redis.RouteClientLogs(logger)
+		s, err := redis.Open(ctx, redis.Config{Addrs: splitList(b.redis), AllowVolatile: b.allowVolatile,
+			Timeout: b.timeout, AttemptTimeout: b.attemptTimeout, Logger: logger, Observer: obs})
+		if err != nil {
+			return nil, err
+		}
+		be = s
+	default:
 		s, err := embedded.Open(embedded.Config{Dir: b.dataDir})
 		if err != nil {
 			return nil, err

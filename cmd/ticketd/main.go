@@ -197,7 +197,7 @@ func hint(err error) string {
 	case errors.Is(err, allocator.ErrExists):
 		return " (see it with: ticketd namespace get NAME)"
 	case errors.Is(err, allocator.ErrUnavailable):
-		return " (check that the ticket servers in --mysql are running and reachable)"
+		return " (check that the ticket servers in --mysql or --redis are running and reachable)"
 	}
 	return ""
 }

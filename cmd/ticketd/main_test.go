@@ -71,6 +71,9 @@ func TestNamespaceCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "already exists") {
 		t.Fatalf("second create: exit %d, %q", code, errOut)
 	}
+	if _, errOut, code = run(t, nil, "namespace", "create", "--data-dir", dir, "orders", "--exists-ok", "--block-size", "7"); code != 0 {
+		t.Fatalf("create --exists-ok: exit %d, %q", code, errOut)
+	}
 	out, _, code := run(t, nil, "namespace", "get", "--data-dir", dir, "orders")
 	var ns api.Namespace
 	if code != 0 || json.Unmarshal([]byte(out), &ns) != nil || ns.BlockSize != 50 || ns.LeaseTTL != "10m0s" || ns.Start != "5000" {

@@ -1,0 +1,175 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+type compose struct {
+	Services map[string]struct {
+		Image       string         `yaml:"image"`
+		Build       any            `yaml:"build"`
+		Command     []string       `yaml:"command"`
+		Environment map[string]any `yaml:"environment"`
+		DependsOn   map[string]any `yaml:"depends_on"`
+	} `yaml:"services"`
+}
+
+func readCompose(t *testing.T) compose {
+	t.Helper()
+	b, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c compose
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return c
+}
+
+// flagValue returns the value of --name=value in a command, or "".
+func flagValue(cmd []string, name string) string {
+	for _, a := range cmd {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestComposeTicketPair checks the two MySQL ticket servers the way ticketd would at start: one
+// increment, distinct offsets, durable commits and binlog.
+func TestComposeTicketPair(t *testing.T) {
+	c := readCompose(t)
+	offsets := map[string]string{}
+	for _, name := range []string{"ticket-a", "ticket-b"} {
+		s, ok := c.Services[name]
+		if !ok {
+			t.Fatalf("no service %s", name)
+		}
+		if !strings.HasPrefix(s.Image, "mysql:8") {
+			t.Errorf("%s runs %q, want MySQL 8", name, s.Image)
+		}
+		if inc := flagValue(s.Command, "auto-increment-increment"); inc != "2" {
+			t.Errorf("%s: auto-increment-increment %q, want 2", name, inc)
+		}
+		off := flagValue(s.Command, "auto-increment-offset")
+		if other, dup := offsets[off]; dup {
+			t.Errorf("%s and %s share auto-increment-offset %q", other, name, off)
+		}
+		if off != "1" && off != "2" {
+			t.Errorf("%s: offset %q, want 1 or 2", name, off)
+		}
+		offsets[off] = name
+		for flag, want := range map[string]string{"innodb-flush-log-at-trx-commit": "1", "sync-binlog": "1"} {
+			if got := flagValue(s.Command, flag); got != want {
+				t.Errorf("%s: %s %q, want %s", name, flag, got, want)
+			}
+		}
+	}
+	redis := c.Services["redis"]
+	if got := strings.Join(redis.Command, " "); !strings.Contains(got, "--appendonly yes") || !strings.Contains(got, "--appendfsync always") {
+		t.Errorf("redis command %q, want AOF with appendfsync always", got)
+	}
+	mysqlFlag := flagValue(c.Services["ticketd"].Command, "mysql")
+	if !strings.Contains(mysqlFlag, "@tcp(ticket-a:3306)/") || !strings.Contains(mysqlFlag, "@tcp(ticket-b:3306)/") {
+		t.Errorf("ticketd --mysql %q does not name both ticket servers", mysqlFlag)
+	}
+	if c.Services["ticketd"].Command[0] != "serve" {
+		t.Errorf("ticketd runs %v, want serve", c.Services["ticketd"].Command)
+	}
+}
+
+// TestReadmeNamesOnlyComposeServices checks that the README's Compose section lists exactly the
+// services docker-compose.yml defines.
+func TestReadmeNamesOnlyComposeServices(t *testing.T) {
+	c := readCompose(t)
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "## Run with Docker Compose")
+	if !ok {
+		t.Fatal("README has no '## Run with Docker Compose' section")
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\|").FindAllStringSubmatch(section, -1) {
+		named[m[1]] = true
+	}
+	if len(named) == 0 {
+		t.Fatal("the Compose section's table names no service")
+	}
+	for n := range named {
+		if _, ok := c.Services[n]; !ok {
+			t.Errorf("README names service %q, which docker-compose.yml does not define", n)
+		}
+	}
+	for n := range c.Services {
+		if !named[n] {
+			t.Errorf("docker-compose.yml defines %q, which the README does not describe", n)
+		}
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	if strings.Count(df, "\nFROM ") < 2 {
+		t.Error("want a multi-stage build")
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "USER nonroot", "HEALTHCHECK", "/healthz", "./cmd/ticketd", "./examples/shortener"} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	// Every final stage runs as a non-root user.
+	stages := strings.Split(df, "\nFROM ")
+	for _, st := range stages[2:] {
+		if !strings.Contains(st, "USER nonroot") {
+			t.Errorf("stage %q does not drop root", strings.SplitN(st, "\n", 2)[0])
+		}
+	}
+}
+
+func TestKubernetesManifest(t *testing.T) {
+	b, err := os.ReadFile("kubernetes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	kinds := map[string]map[string]any{}
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[doc["kind"].(string)] = doc
+	}
+	if kinds["Deployment"] == nil || kinds["Service"] == nil {
+		t.Fatalf("want a Deployment and a Service, got %v", kinds)
+	}
+	text := string(b)
+	for _, want := range []string{"/readyz", "/healthz", "runAsNonRoot: true", "TICKETD_MYSQL", "TICKETD_ADMIN_TOKEN", "readOnlyRootFilesystem: true"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("manifest lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,4 @@
+// Package deploy holds ticketd's deployment files (this directory's Kubernetes manifest, and the
+// repository's Dockerfile and docker-compose.yml) and the tests that keep them correct without a
+// container engine.
+package deploy
