@@ -8,6 +8,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -57,7 +58,7 @@ func (r *Report) drawCharts(dir string) ([]string, error) {
 			{"load-p99.png", "p99 latency vs clients (closed loop)", "p99 (ms)", func(l LoadRow) float64 { return l.P99ms }},
 		} {
 			if p, ok := r.Load.chart(c.title, c.unit, c.value); ok {
-				if err := save(p, c.name, 9*vg.Inch, 6*vg.Inch); err != nil {
+				if err := save(p, c.name, 11*vg.Inch, 6*vg.Inch); err != nil {
 					return nil, err
 				}
 			}
@@ -169,35 +170,49 @@ func (b *BTreeReport) chart() (*plot.Plot, bool) {
 
 func (l *LoadReport) chart(title, unit string, value func(LoadRow) float64) (*plot.Plot, bool) {
 	series := map[string]plotter.XYs{}
+	var ticks []plot.Tick
+	maxClients := 1
 	for _, r := range l.Rows {
 		if r.Mode != "closed" || r.Error != "" || value(r) <= 0 {
 			continue
 		}
 		series[r.Case] = append(series[r.Case], plotter.XY{X: float64(r.Clients), Y: value(r)})
+		if r.Clients > maxClients || len(ticks) == 0 {
+			ticks = append(ticks, plot.Tick{Value: float64(r.Clients), Label: fmt.Sprint(r.Clients)})
+			maxClients = max(maxClients, r.Clients)
+		}
 	}
 	if len(series) == 0 {
 		return nil, false
 	}
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "clients"
+	p.X.Label.Text = "clients (log scale)"
 	p.Y.Label.Text = unit + " (log scale)"
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.ConstantTicks(ticks)
 	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	// The measured range takes the left part; the legend sits in the empty right part.
+	p.X.Min, p.X.Max = 1, math.Pow(float64(maxClients), 2.2)
+	if maxClients < 4 {
+		p.X.Max = 64
+	}
 	for i, name := range sortedKeys(series) {
-		pts := series[name]
-		line, points, err := plotter.NewLinePoints(pts)
+		line, points, err := plotter.NewLinePoints(series[name])
 		if err != nil {
 			return nil, false
 		}
 		c := palette[i%len(palette)]
 		line.Color, points.Color = c, c
 		line.Width = vg.Points(1.5)
+		if i >= len(palette) {
+			line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		}
+		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
-		p.Legend.Add(name, line)
+		p.Legend.Add(name, line, points)
 	}
 	p.Legend.Top = true
-	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.Add(plotter.NewGrid())
 	return p, true
 }

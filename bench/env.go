@@ -152,7 +152,10 @@ func (e *mysqlEnv) Close() {
 // errorKind names an error for the load report's error table.
 func errorKind(err error) string {
 	var me *gomysql.MySQLError
+	var k interface{ kind() string }
 	switch {
+	case errors.As(err, &k):
+		return k.kind()
 	case errors.As(err, &me) && me.Number == 1213:
 		return "deadlock"
 	case errors.As(err, &me) && me.Number == 1205:

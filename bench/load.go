@@ -13,6 +13,9 @@ import (
 // opTimeout bounds one request of a load case, so that a stuck server cannot hold up the run.
 const opTimeout = 10 * time.Second
 
+// maxOpenRate bounds the open-loop rate: above it the sender, not the server, would set the pace.
+const maxOpenRate = 100_000
+
 // maxInFlight bounds the open-loop mode's concurrent requests.
 const maxInFlight = 256
 
@@ -45,7 +48,10 @@ type LoadRow struct {
 	P99ms  float64 `json:"p99_ms"`
 	P999ms float64 `json:"p999_ms"`
 	MaxMs  float64 `json:"max_ms"`
-	Error  string  `json:"error,omitempty"`
+	// SendLagP99ms (open loop) is how late the sender itself was at p99: that much of the latency is the
+	// load generator's, not the server's.
+	SendLagP99ms float64 `json:"send_lag_p99_ms,omitempty"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // LoadReport is the load comparison.
@@ -189,24 +195,26 @@ func openLoop(ctx context.Context, opts Options, name string, op func(context.Co
 			}
 		}()
 	}
+	lag := hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) / perSecond)
 	for i := range n {
 		due := start.Add(time.Duration(i) * interval)
-		if wait := time.Until(due); wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
+		// Short waits are skipped (sent up to 50µs early) rather than slept: a sleep that short
+		// oversleeps and would count the sender's lateness as the server's.
+		if wait := time.Until(due); wait > 50*time.Microsecond {
+			time.Sleep(wait) // at most one interval: the loop stops soon after ctx ends
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		_ = lag.RecordValue(max(time.Since(due).Microseconds(), 1))
 		jobs <- due
 	}
 	close(jobs)
 	wg.Wait()
 	summarise(&row, recs, time.Since(start))
+	row.SendLagP99ms = float64(lag.ValueAtQuantile(99)) / 1000
 	return row
 }
 
@@ -237,7 +245,7 @@ func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*Loa
 		// The open loop runs at half the best closed-loop rate: a load the servers can carry, where
 		// latency is not queueing behind the sender.
 		if best > 0 {
-			rep.Rows = append(rep.Rows, openLoop(ctx, opts, c.name, op, best/2, opts.Duration, maxOps))
+			rep.Rows = append(rep.Rows, openLoop(ctx, opts, c.name, op, min(best/2, maxOpenRate), opts.Duration, maxOps))
 		}
 		done()
 	}

@@ -202,19 +202,19 @@ func (l *LoadReport) markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("## Load on the ticket servers (`ticketd bench load`)\n\n")
 	p("Loopback only. *closed*: N clients, each sending its next request when the last one returns. ")
-	p("*open*: requests sent at a fixed rate (half the case's best closed-loop rate), latency counted from when each should have been sent. ")
+	p("*open*: requests sent at a fixed rate (half the case's best closed-loop rate, at most %s/s), latency counted from when each should have been sent. ", count(int64(maxOpenRate)))
 	p("*ops/s* are successful requests (leases, or tickets for Flickr's REPLACE INTO), *IDs/s* the IDs they carried. ")
-	p("Latency from HdrHistogram, in milliseconds. A deadlock is an error.\n\n")
-	p("| case | mode | clients / rate | ops/s | IDs/s | p50 | p90 | p99 | p99.9 | max | errors |\n")
-	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	p("Latency from HdrHistogram, in milliseconds; *sender lag* is how late the load generator itself sent (open loop), a part of the latency that is not the server's. A deadlock is an error.\n\n")
+	p("| case | mode | clients / rate | ops/s | IDs/s | p50 | p90 | p99 | p99.9 | max | sender lag p99 | errors |\n")
+	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range l.Rows {
 		if r.Error != "" {
-			p("| %s | %s | | error: %s ||||||||\n", r.Case, r.Mode, strings.ReplaceAll(r.Error, "|", "/"))
+			p("| %s | %s | | error: %s |||||||||\n", r.Case, r.Mode, strings.ReplaceAll(r.Error, "|", "/"))
 			continue
 		}
-		who := fmt.Sprint(r.Clients)
+		who, lag := fmt.Sprint(r.Clients), "–"
 		if r.Mode == "open" {
-			who = rate(r.TargetRate)
+			who, lag = rate(r.TargetRate), millis(r.SendLagP99ms)
 		}
 		errs := "0"
 		if r.Errors > 0 {
@@ -224,8 +224,8 @@ func (l *LoadReport) markdown(w io.Writer) {
 			}
 			errs = strings.Join(parts, ", ")
 		}
-		p("| %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", r.Case, r.Mode, who,
-			count(int64(r.OpsPerSecond)), count(int64(r.IDsPerSecond)), r.P50ms, r.P90ms, r.P99ms, r.P999ms, r.MaxMs, errs)
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case, r.Mode, who,
+			count(int64(r.OpsPerSecond)), count(int64(r.IDsPerSecond)), millis(r.P50ms), millis(r.P90ms), millis(r.P99ms), millis(r.P999ms), millis(r.MaxMs), lag, errs)
 	}
 	if len(l.Skipped) > 0 {
 		p("\nNot measured in this run:\n\n")
@@ -234,4 +234,12 @@ func (l *LoadReport) markdown(w io.Writer) {
 		}
 	}
 	p("\n")
+}
+
+// millis writes a latency in milliseconds with three significant digits below 10ms.
+func millis(ms float64) string {
+	if ms < 10 {
+		return fmt.Sprintf("%.3g", ms)
+	}
+	return fmt.Sprintf("%.1f", ms)
 }
