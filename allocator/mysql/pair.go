@@ -827,4 +827,3 @@ func build(cfg Config) (*Pair, error) {
 	}
 	return p, nil
 }
-
