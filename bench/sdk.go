@@ -13,3 +13,8 @@ const ticketRowName = "ticketd blocks (leased directly, no SDK)"
 func newTicketSource(_ context.Context, b allocator.Backend, ns string, size int64) (idSource, func(), error) {
 	return &blockSource{b: b, ns: ns, size: size}, func() {}, nil
 }
+
+// sdkLoadCases are the load cases that go through the SDK.
+func sdkLoadCases(*mysqlEnv) ([]loadCase, []string) {
+	return nil, []string{"the SDK over HTTP: the SDK is not in this build"}
+}

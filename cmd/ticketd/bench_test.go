@@ -100,9 +100,9 @@ func TestBenchGen(t *testing.T) {
 
 func TestBenchBTreeAndLoad(t *testing.T) {
 	pair := testenv.Pair(t)
-	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair)}
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair), "TICKETD_REDIS": testenv.RedisAddr(t)}
 	rep, _ := benchRun(t, env, "btree", "load", "--rows", "3000", "--batch", "500", "--clients", "1,2")
-	if rep.Machine.MariaDB == "" || rep.Gen != nil {
+	if rep.Machine.MariaDB == "" || rep.Machine.Redis == "" || rep.Gen != nil {
 		t.Fatalf("report: %+v", rep)
 	}
 	if rep.BTree == nil || len(rep.BTree.Rows) != 7 || rep.BTree.RowsPerTable != 3000 {
@@ -136,7 +136,8 @@ func TestBenchBTreeAndLoad(t *testing.T) {
 			t.Errorf("%s: %d errors %v", r.Case, r.Errors, r.ErrorKinds)
 		}
 	}
-	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server"} {
+	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server",
+		"HTTP lease n=1, server cache on", "HTTP lease n=10,000, server cache off", "Redis lease"} {
 		found := false
 		for c := range seen {
 			found = found || strings.Contains(c, want)
