@@ -343,6 +343,11 @@ func TestStartWithOneServerDown(t *testing.T) {
 			if b.Start%2 != 0 {
 				t.Fatalf("B issued %v", b)
 			}
+			// B's row was made while it was away: it starts above A's counter, not at the namespace's
+			// start, so B's IDs stay roughly in time order with A's.
+			if last, _ := blocks[19].Last(); b.Start < last {
+				t.Fatalf("B's first block %v starts below A's earlier IDs (up to %d)", b, last)
+			}
 			break
 		}
 		if time.Now().After(deadline) {

@@ -420,7 +420,7 @@ func (p *Pair) leaseOn(ctx context.Context, s *server, ns allocator.Namespace, s
 	blk, err := s.lease(actx, ns, size)
 	if errors.Is(err, errRowMissing) {
 		// The server was down when the namespace was created: give it the row, then lease.
-		if err = s.ensureRow(actx, ns); err == nil {
+		if err = s.ensureRow(actx, ns, 0); err == nil {
 			blk, err = s.lease(actx, ns, size)
 		}
 	}
@@ -527,7 +527,7 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 				continue
 			}
 		}
-		ok, err := s.insertRow(ctx, ns, nowUS)
+		ok, err := s.insertRow(ctx, ns, 0, nowUS)
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
@@ -583,7 +583,7 @@ func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (all
 		err := s.updateRow(ctx, ns, advance, nowUS)
 		if errors.Is(err, errRowMissing) {
 			// Created while this server was down: create it now with the new settings.
-			if err = s.ensureRow(ctx, ns); err == nil {
+			if err = s.ensureRow(ctx, ns, 0); err == nil {
 				err = s.updateRow(ctx, ns, advance, nowUS)
 			}
 		}

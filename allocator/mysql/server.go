@@ -277,6 +277,9 @@ func (s *server) syncFromPeers(ctx context.Context, mine map[string]bool) error 
 			mine[r.ns.Name] = true
 		}
 	}
+	// A missing row starts above every peer's counter: the server's residue class alone keeps its IDs
+	// apart from theirs, and starting high keeps them roughly in time order with the peers' IDs.
+	missing := map[string]rowSettings{}
 	for _, peer := range s.pair.servers {
 		if peer == s || !peer.usable() {
 			continue
@@ -286,14 +289,16 @@ func (s *server) syncFromPeers(ctx context.Context, mine map[string]bool) error 
 			continue
 		}
 		for _, r := range prows {
-			if mine[r.ns.Name] {
-				continue
+			if m, seen := missing[r.ns.Name]; !mine[r.ns.Name] && (!seen || r.next > m.next) {
+				missing[r.ns.Name] = r
 			}
-			if err := s.ensureRow(ctx, r.ns); err != nil {
-				return err
-			}
-			mine[r.ns.Name] = true
 		}
+	}
+	for name, r := range missing {
+		if err := s.ensureRow(ctx, r.ns, r.next); err != nil {
+			return err
+		}
+		mine[name] = true
 	}
 	return nil
 }
@@ -397,10 +402,11 @@ func (s *server) whyNoLease(ctx context.Context, name string, size int64) error 
 		allocator.ErrExhausted, s.name, name, r.next, size, r.step, int64(math.MaxInt64))
 }
 
-// insertRow creates the namespace's row unless it exists; ok reports whether it was created.
-func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, nowUS int64) (bool, error) {
+// insertRow creates the namespace's row unless it exists; ok reports whether it was created. The
+// counter starts at the first ID of this server's residue at or above both ns.Start and from.
+func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, from, nowUS int64) (bool, error) {
 	v, _ := s.vars()
-	first, ok := firstAtLeast(ns.Start, v.increment, v.offset)
+	first, ok := firstAtLeast(max(ns.Start, from), v.increment, v.offset)
 	if !ok {
 		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, ns.Start, s.name, v.offset, v.increment)
 	}
@@ -415,9 +421,9 @@ func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, nowUS in
 	return n == 1, err
 }
 
-// ensureRow creates the row with the given settings if it is missing.
-func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace) error {
-	_, err := s.insertRow(ctx, ns, s.pair.cfg.now().UnixMicro())
+// ensureRow creates the row with the given settings, its counter at or above from, if it is missing.
+func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace, from int64) error {
+	_, err := s.insertRow(ctx, ns, from, s.pair.cfg.now().UnixMicro())
 	if err == nil {
 		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.name, "namespace", ns.Name)
 	}

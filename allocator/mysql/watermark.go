@@ -239,7 +239,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 		if rerr != nil {
 			return res, rerr
 		}
-		if err := s.ensureRow(ctx, ns); err != nil {
+		if err := s.ensureRow(ctx, ns, 0); err != nil {
 			return res, err
 		}
 		if row, err = s.readRow(ctx, namespace); err != nil {
