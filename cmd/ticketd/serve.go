@@ -38,28 +38,26 @@ type serveCmd struct {
 	logLevel                                               string
 }
 
-// tokenListFlag collects NS=TOKEN pairs from repeated --token flags and comma-separated lists.
-type tokenListFlag struct{ list *[]server.NamespaceToken }
+// tokenListFlag collects NS=TOKEN lists from repeated --token flags, --tokens and their environment
+// variables. Set never fails, so that no parse error (which the flag package would print with the
+// value) shows a token; auth parses them.
+type tokenListFlag struct{ raw *[]string }
 
 func (f tokenListFlag) String() string {
-	if f.list == nil || len(*f.list) == 0 {
+	if f.raw == nil || len(*f.raw) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("(%d tokens)", len(*f.list)) // never the tokens themselves
+	return fmt.Sprintf("(%d given)", len(*f.raw)) // never the tokens themselves
 }
 
 func (f tokenListFlag) Set(s string) error {
-	ts, err := server.ParseTokens(s)
-	if err != nil {
-		return err
-	}
-	*f.list = append(*f.list, ts...)
+	*f.raw = append(*f.raw, s)
 	return nil
 }
 
 func (c *serveCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
-	c.tokens.list = new([]server.NamespaceToken)
+	c.tokens.raw = new([]string)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`ADDRESS` to listen on")
 	fs.StringVar(&c.adminToken, "admin-token", "", "admin bearer `TOKEN`: every route (prefer the environment variable to the command line)")
 	fs.Var(c.tokens, "token", "namespace bearer token as `NS=TOKEN`: that namespace's lease and read routes; repeatable")
@@ -84,7 +82,14 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 }
 
 func (c *serveCmd) auth() (server.Auth, error) {
-	a := server.Auth{Admin: strings.TrimSpace(c.adminToken), Tokens: *c.tokens.list, Disabled: c.noAuth}
+	a := server.Auth{Admin: strings.TrimSpace(c.adminToken), Disabled: c.noAuth}
+	for i, list := range *c.tokens.raw {
+		ts, err := server.ParseTokens(list)
+		if err != nil {
+			return a, usagef("namespace tokens (--token, --tokens, $TICKETD_TOKEN or $TICKETD_TOKENS), value %d: %v", i+1, err)
+		}
+		a.Tokens = append(a.Tokens, ts...)
+	}
 	if c.tokenFile != "" {
 		f, err := os.Open(c.tokenFile)
 		if err != nil {

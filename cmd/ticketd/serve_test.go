@@ -1,0 +1,582 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+// ticketdBin is the ticketd binary that TestMain builds, so that the end-to-end tests run `ticketd
+// serve` as a real process. It is built without -race: under the race detector on both sides the
+// 64,000-request runs take minutes, and the server's concurrency is race-tested in-process by the
+// server package's own tests.
+var ticketdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ticketd-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ticketdBin = filepath.Join(dir, "ticketd")
+	if out, err := exec.Command("go", "build", "-o", ticketdBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end tests: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	e2eAdmin = "e2e-admin-token-0123456789"
+	e2eToken = "e2e-orders-token-0123456789"
+)
+
+// lockedBuffer collects a process's stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// serveProc is a `ticketd serve` process.
+type serveProc struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *lockedBuffer
+	exited chan struct{}
+	err    error // of Wait, once exited is closed
+}
+
+// startServe starts `ticketd serve --listen 127.0.0.1:0 ARGS` with the environment additions and
+// waits for its "listening" log line.
+func startServe(t *testing.T, env map[string]string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(ticketdBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	pr, pw := io.Pipe()
+	p := &serveProc{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = io.MultiWriter(p.stderr, pw)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		pw.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
+		if t.Failed() {
+			t.Logf("ticketd serve log:\n%s", p.stderr.String())
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.Addr
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case a := <-addr:
+		p.url = "http://" + a
+	case <-p.exited:
+		t.Fatalf("ticketd serve exited at start: %v\n%s", p.err, p.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ticketd serve did not listen within 60s:\n%s", p.stderr.String())
+	}
+	return p
+}
+
+// stop sends SIGTERM and returns the exit error once the process is gone.
+func (p *serveProc) stop(t *testing.T) error {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(60 * time.Second):
+		t.Fatal("ticketd serve did not stop within 60s of SIGTERM")
+		return nil
+	}
+}
+
+var e2eClient = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+func call(method, url, token, body string) (int, []byte, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e2eClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func mustCall(t *testing.T, want int, method, url, token, body string) []byte {
+	t.Helper()
+	code, b, err := call(method, url, token, body)
+	if err != nil || code != want {
+		t.Fatalf("%s %s: %d %s %v, want %d", method, url, code, b, err, want)
+	}
+	return b
+}
+
+// load runs clients × perClient requests of mixed kinds against the urls (client i uses url i mod n):
+// blocks of 1 to 200 IDs, a few of 6,000 (above the cache: leased for the request), and some GET ids
+// requests. It returns every block (an ID list as one-ID blocks of step 2) and the errors.
+type loadResult struct {
+	blocks []allocator.Block
+	errs   []error
+}
+
+func load(urls []string, ns, token string, clients, perClient int, done *atomic.Int64) loadResult {
+	var mu sync.Mutex
+	var out loadResult
+	var wg sync.WaitGroup
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(c), 7))
+			base := urls[c%len(urls)] + "/v1/namespaces/" + ns
+			var blocks []allocator.Block
+			var errs []error
+			for i := 0; i < perClient; i++ {
+				var err error
+				switch k := r.IntN(100); {
+				case k < 10:
+					var bs []allocator.Block
+					bs, err = takeIDs(base, token, 1+r.IntN(50))
+					blocks = append(blocks, bs...)
+				default:
+					size := 1 + r.IntN(200)
+					if k < 13 {
+						size = 6000
+					}
+					var b allocator.Block
+					b, err = takeBlock(base, token, size)
+					if err == nil {
+						blocks = append(blocks, b)
+					}
+				}
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if done != nil {
+					done.Add(1)
+				}
+			}
+			mu.Lock()
+			out.blocks = append(out.blocks, blocks...)
+			out.errs = append(out.errs, errs...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func takeBlock(base, token string, size int) (allocator.Block, error) {
+	code, body, err := call("POST", base+"/blocks", token, fmt.Sprintf(`{"size":%d}`, size))
+	if err != nil || code != 200 {
+		return allocator.Block{}, fmt.Errorf("lease of %d: %d %s %v", size, code, body, err)
+	}
+	var b api.Block
+	if err := json.Unmarshal(body, &b); err != nil {
+		return allocator.Block{}, err
+	}
+	blk, err := b.ToBlock()
+	if err == nil && blk.Size != int64(size) {
+		err = fmt.Errorf("asked %d IDs, got %v", size, blk)
+	}
+	return blk, err
+}
+
+func takeIDs(base, token string, n int) ([]allocator.Block, error) {
+	code, body, err := call("GET", fmt.Sprintf("%s/ids?count=%d", base, n), token, "")
+	if err != nil || code != 200 {
+		return nil, fmt.Errorf("ids: %d %s %v", code, body, err)
+	}
+	var ids api.IDs
+	if err := json.Unmarshal(body, &ids); err != nil {
+		return nil, err
+	}
+	if len(ids.IDs) != n {
+		return nil, fmt.Errorf("asked %d IDs, got %d", n, len(ids.IDs))
+	}
+	out := make([]allocator.Block, 0, n)
+	for _, s := range ids.IDs {
+		id, err := api.ParseID(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, allocator.Block{Namespace: ids.Namespace, Start: id, Step: 2, Size: 1})
+	}
+	return out, nil
+}
+
+// checkBlocks: no ID twice, and each server's blocks all of one parity, the two servers' different.
+func checkBlocks(t *testing.T, blocks []allocator.Block, servers []string) {
+	t.Helper()
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatalf("duplicate IDs: %v", err)
+	}
+	parity := map[string]int64{}
+	for _, b := range blocks {
+		if b.Server == "" {
+			continue // from the IDs route, which names no server
+		}
+		if p, ok := parity[b.Server]; ok && p != b.Start%2 {
+			t.Fatalf("%s issued IDs of both parities (%v)", b.Server, b)
+		}
+		parity[b.Server] = b.Start % 2
+	}
+	if len(servers) == 2 {
+		if len(parity) != 2 || parity[servers[0]] == parity[servers[1]] {
+			t.Fatalf("blocks by server parity %v, want both of %v with different parities", parity, servers)
+		}
+	}
+}
+
+// preparePair migrates the pair's databases and creates namespace orders through the API of a
+// short-lived server with the admin token.
+func preparePair(t *testing.T, dsns []string) map[string]string {
+	t.Helper()
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(dsns), "TICKETD_ADMIN_TOKEN": e2eAdmin,
+		"TICKETD_TOKENS": "orders=" + e2eToken}
+	if _, errOut, code := run(t, env, "migrate"); code != 0 {
+		t.Fatalf("migrate: %s", errOut)
+	}
+	return env
+}
+
+// TestServeOnThePair: `ticketd serve` on the harness's MariaDB pair, then two replicas on one pair;
+// 32 concurrent HTTP clients × 2,000 requests of mixed sizes; no ID is seen twice and every block's
+// parity matches the server it names.
+func TestServeOnThePair(t *testing.T) {
+	for _, replicas := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
+			dsns := testenv.Pair(t)
+			env := preparePair(t, dsns)
+			servers := []string{mysql.ServerName(dsns[0]), mysql.ServerName(dsns[1])}
+			var urls []string
+			var procs []*serveProc
+			for i := 0; i < replicas; i++ {
+				p := startServe(t, env)
+				procs = append(procs, p)
+				urls = append(urls, p.url)
+			}
+			mustCall(t, 201, "PUT", urls[0]+"/v1/namespaces/orders", e2eAdmin, `{"block_size":100,"max_block_size":24000}`)
+			res := load(urls, "orders", e2eToken, 32, 2000, nil)
+			if len(res.errs) > 0 {
+				t.Fatalf("%d requests failed; first: %v", len(res.errs), res.errs[0])
+			}
+			checkBlocks(t, res.blocks, servers)
+			metrics := string(mustCall(t, 200, "GET", urls[0]+"/metrics", "", ""))
+			for _, s := range servers {
+				if want := fmt.Sprintf(`ticketd_lease_duration_seconds_count{result="ok",server="%s"}`, s); !strings.Contains(metrics, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+			for _, p := range procs {
+				if err := p.stop(t); err != nil {
+					t.Fatalf("exit after SIGTERM: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestServeWhileAMariaDBStops stops one MariaDB of a private pair in the middle of a run: every
+// request still succeeds, /readyz stays 200, and the metrics show the server down.
+func TestServeWhileAMariaDBStops(t *testing.T) {
+	pair := testenv.PrivatePair(t)
+	for _, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+	}
+	dsns := []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}
+	env := preparePair(t, dsns)
+	// Small segments, so that the cache goes to the pair often during the run.
+	p := startServe(t, env, "--cache-min", "500", "--cache-max", "4000", "--lease-timeout", "5s")
+	mustCall(t, 201, "PUT", p.url+"/v1/namespaces/orders", e2eAdmin, `{"block_size":50,"max_block_size":24000}`)
+	const clients, each = 16, 1000
+	var done atomic.Int64
+	results := make(chan loadResult, 1)
+	go func() { results <- load([]string{p.url}, "orders", e2eToken, clients, each, &done) }()
+	for done.Load() < clients*each/3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := pair[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := done.Load()
+	res := <-results
+	if len(res.errs) > 0 {
+		t.Fatalf("%d of %d requests failed after a MariaDB stopped; first: %v", len(res.errs), clients*each, res.errs[0])
+	}
+	if stoppedAt >= clients*each*9/10 {
+		t.Fatalf("the server stopped after %d of %d requests: too late to show anything", stoppedAt, clients*each)
+	}
+	checkBlocks(t, res.blocks, nil)
+	mustCall(t, 200, "GET", p.url+"/readyz", "", "")
+	metrics := string(mustCall(t, 200, "GET", p.url+"/metrics", "", ""))
+	down := fmt.Sprintf(`ticketd_ticket_server_up{server="127.0.0.1:%d"} 0`, pair[0].Port)
+	if !strings.Contains(metrics, down) {
+		t.Errorf("metrics lack %s", down)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+// TestServeSIGTERMFinishesRequestsInFlight holds eight leases in flight (the namespace's row is locked
+// on both servers), sends SIGTERM, and checks that the server stops accepting connections but answers
+// all eight once the lock is released, then exits 0.
+func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
+	dsns := testenv.Pair(t)
+	env := preparePair(t, dsns)
+	p := startServe(t, env, "--cache=false", "--attempt-timeout", "20s", "--lease-timeout", "30s", "--write-timeout", "45s")
+	mustCall(t, 201, "PUT", p.url+"/v1/namespaces/orders", e2eAdmin, `{}`)
+	ctx := context.Background()
+	var lockers []*sql.Tx
+	var dbs []*sql.DB
+	for _, dsn := range dsns {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, db)
+		defer db.Close()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec("SELECT next_id FROM ticketd_namespaces WHERE name = 'orders' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		lockers = append(lockers, tx)
+	}
+	release := func() {
+		for _, tx := range lockers {
+			_ = tx.Rollback()
+		}
+	}
+	defer release()
+	const inFlight = 8
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	answers := make(chan answer, inFlight)
+	for i := 0; i < inFlight; i++ {
+		go func() {
+			code, body, err := call("POST", p.url+"/v1/namespaces/orders/blocks", e2eToken, `{"size":10}`)
+			answers <- answer{code, body, err}
+		}()
+	}
+	// Wait until all eight UPDATEs wait on the lock.
+	waiting := func() int {
+		n := 0
+		for _, db := range dbs {
+			var c int
+			_ = db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE 'UPDATE ticketd_namespaces%'").Scan(&c)
+			n += c
+		}
+		return n
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for waiting() < inFlight {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d leases reached the servers", waiting())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	addr := strings.TrimPrefix(p.url, "http://")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break // no longer accepting
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 10s after SIGTERM")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("exited with %d requests in flight: %v", inFlight, p.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	var blocks []allocator.Block
+	for i := 0; i < inFlight; i++ {
+		a := <-answers
+		if a.err != nil || a.code != 200 {
+			t.Fatalf("request in flight at SIGTERM: %d %s %v", a.code, a.body, a.err)
+		}
+		var b api.Block
+		if err := json.Unmarshal(a.body, &b); err != nil {
+			t.Fatal(err)
+		}
+		blk, err := b.ToBlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, blk)
+	}
+	checkBlocks(t, blocks, nil)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not exit after answering")
+	}
+	if p.err != nil {
+		t.Fatalf("exit: %v", p.err)
+	}
+	if !strings.Contains(p.stderr.String(), "every request in flight was answered") {
+		t.Fatalf("no shutdown line in the log:\n%s", p.stderr.String())
+	}
+}
+
+// TestServeInProcessOnTheEmbeddedStore drives Main the way main does, as the README's first command
+// runs it: no database, --no-auth on loopback, a curl-style form-encoded body.
+func TestServeInProcessOnTheEmbeddedStore(t *testing.T) {
+	stderr := &lockedBuffer{}
+	m := &Main{Stdout: io.Discard, Stderr: stderr, Getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.ParseFlags(ctx, []string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(ctx) }()
+	var url string
+	deadline := time.Now().Add(10 * time.Second)
+	for url == "" {
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			var line struct{ Msg, URL string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "listening" {
+				url = line.URL
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not listening after 10s:\n%s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "authentication is off (--no-auth)") {
+		t.Fatalf("no warning that authentication is off:\n%s", stderr.String())
+	}
+	resp, err := http.Post(url+"/v1/namespaces/demo/blocks", "application/x-www-form-urlencoded", strings.NewReader(`{"size":10}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `{"namespace":"demo","start":"1","step":1,"size":10,"last":"10","expires_at":null,"server":"embedded"}`
+	if resp.StatusCode != 200 || string(body) != want {
+		t.Fatalf("%d %s, want %s", resp.StatusCode, body, want)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeFlagMistakes(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokenFile, []byte("orders=short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no token", nil, []string{"serve", "--data-dir", dir}, "no token configured"},
+		{"no-auth with a token", map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}, []string{"serve", "--no-auth", "--data-dir", dir}, "disabled but tokens"},
+		{"short token", nil, []string{"serve", "--data-dir", dir, "--token", "orders=short"}, "at least 16"},
+		{"bad token list in the environment", map[string]string{"TICKETD_TOKENS": "orders"}, []string{"serve", "--data-dir", dir}, "want NAMESPACE=TOKEN"},
+		{"bad token file", nil, []string{"serve", "--data-dir", dir, "--token-file", tokenFile}, "line 1"},
+		{"missing token file", nil, []string{"serve", "--data-dir", dir, "--token-file", filepath.Join(dir, "nope")}, "--token-file"},
+		{"write timeout too short", nil, []string{"serve", "--no-auth", "--data-dir", dir, "--write-timeout", "1s"}, "--write-timeout"},
+		{"half TLS", nil, []string{"serve", "--no-auth", "--data-dir", dir, "--tls-cert", "x.pem"}, "--tls-key"},
+		{"bad log level", nil, []string{"serve", "--no-auth", "--data-dir", dir, "--log-level", "loud"}, "--log-level"},
+		{"arguments", nil, []string{"serve", "--no-auth", "--data-dir", dir, "extra"}, "takes no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errOut, code := run(t, tt.env, tt.args...)
+			if code != 2 || !strings.Contains(errOut, tt.want) {
+				t.Fatalf("exit %d %q, want 2 saying %q", code, errOut, tt.want)
+			}
+			for _, tok := range []string{e2eAdmin, "orders=short"} {
+				if strings.Contains(errOut, tok) {
+					t.Fatalf("the error shows a token: %s", errOut)
+				}
+			}
+		})
+	}
+}
