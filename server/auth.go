@@ -197,40 +197,28 @@ func bearer(h string) (string, bool) {
 	return tok, tok != ""
 }
 
-const identityKey = "ticketd.identity"
-
-// authenticate identifies the caller of every /v1 route: 401 without a (known) token.
-func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if s.auth.disabled {
-			c.Set(identityKey, identity{admin: true, key: "ip:" + c.RealIP()})
-			return next(c)
-		}
-		h := c.Request().Header.Get(echo.HeaderAuthorization)
-		if h == "" {
-			return errorf(http.StatusUnauthorized, api.CodeMissingToken, `send "Authorization: Bearer TOKEN" with a namespace or admin token`)
-		}
-		tok, ok := bearer(h)
-		if !ok {
-			return errorf(http.StatusUnauthorized, api.CodeMissingToken, `the Authorization header must be "Bearer TOKEN"`)
-		}
-		id, ok := s.auth.lookup(tok)
-		if !ok {
-			return errorf(http.StatusUnauthorized, api.CodeInvalidToken, "the token is not one this server accepts")
-		}
-		c.Set(identityKey, id)
-		return next(c)
+// identify authenticates the caller of a /v1 route: 401 without a (known) token.
+func (s *Server) identify(c echo.Context) (identity, error) {
+	if s.auth.disabled {
+		return identity{admin: true, key: "ip:" + c.RealIP()}, nil
 	}
-}
-
-func callerOf(c echo.Context) identity {
-	id, _ := c.Get(identityKey).(identity)
-	return id
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	if h == "" {
+		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `send "Authorization: Bearer TOKEN" with a namespace or admin token`)
+	}
+	tok, ok := bearer(h)
+	if !ok {
+		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `the Authorization header must be "Bearer TOKEN"`)
+	}
+	id, ok := s.auth.lookup(tok)
+	if !ok {
+		return identity{}, errorf(http.StatusUnauthorized, api.CodeInvalidToken, "the token is not one this server accepts")
+	}
+	return id, nil
 }
 
 // authorize allows the admin and the namespace's own tokens.
-func authorize(c echo.Context, namespace string) error {
-	id := callerOf(c)
+func authorize(id identity, namespace string) error {
 	if id.admin || id.namespace == namespace {
 		return nil
 	}
@@ -238,8 +226,8 @@ func authorize(c echo.Context, namespace string) error {
 }
 
 // requireAdmin allows the admin only.
-func requireAdmin(c echo.Context) error {
-	if callerOf(c).admin {
+func requireAdmin(id identity) error {
+	if id.admin {
 		return nil
 	}
 	return errorf(http.StatusForbidden, api.CodeForbidden, "this route needs the admin token")

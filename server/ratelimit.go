@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
 	"github.com/ticketd/ticketd/api"
@@ -73,16 +72,14 @@ func (l *limiter) sweepLocked(now time.Time) {
 	}
 }
 
-// rateLimit answers 429 with Retry-After once a caller's bucket is empty.
-func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		ok, wait := s.limiter.allow(callerOf(c).key)
-		if !ok {
-			e := errorf(http.StatusTooManyRequests, api.CodeRateLimited,
-				"more than %g requests per second for this token; retry after the Retry-After delay", float64(s.limiter.rate))
-			e.retryAfterSec = int(math.Ceil(wait.Seconds()))
-			return e
-		}
-		return next(c)
+// checkRate answers 429 with Retry-After once the caller's bucket is empty.
+func (s *Server) checkRate(id identity) error {
+	ok, wait := s.limiter.allow(id.key)
+	if ok {
+		return nil
 	}
+	e := errorf(http.StatusTooManyRequests, api.CodeRateLimited,
+		"more than %g requests per second for this token; retry after the Retry-After delay", float64(s.limiter.rate))
+	e.retryAfterSec = int(math.Ceil(wait.Seconds()))
+	return e
 }

@@ -160,18 +160,30 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
 	e.GET("/openapi.json", s.openapi)
-	// Middleware per route rather than on a group: a group's middleware makes echo answer 404 for
-	// every unknown method, where 405 is right.
-	v1 := []echo.MiddlewareFunc{s.authenticate}
-	if s.limiter != nil {
-		v1 = append(v1, s.rateLimit)
-	}
-	e.POST("/v1/namespaces/:ns/blocks", s.postBlock, v1...)
-	e.GET("/v1/namespaces/:ns/ids", s.getIDs, v1...)
-	e.GET("/v1/namespaces/:ns", s.getNamespace, v1...)
-	e.PUT("/v1/namespaces/:ns", s.putNamespace, v1...)
-	e.GET("/v1/namespaces", s.listNamespaces, v1...)
+	e.POST("/v1/namespaces/:ns/blocks", s.v1(s.postBlock))
+	e.GET("/v1/namespaces/:ns/ids", s.v1(s.getIDs))
+	e.GET("/v1/namespaces/:ns", s.v1(s.getNamespace))
+	e.PUT("/v1/namespaces/:ns", s.v1(s.putNamespace))
+	e.GET("/v1/namespaces", s.v1(s.listNamespaces))
 	return e
+}
+
+// v1 wraps a /v1 handler: it authenticates the caller and applies the rate limit first. (Not echo
+// middleware: a group's middleware makes echo answer 404 for unknown methods, where 405 is right, and
+// handing the identity over in echo's context store costs a map per request.)
+func (s *Server) v1(h func(echo.Context, identity) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := s.identify(c)
+		if err != nil {
+			return err
+		}
+		if s.limiter != nil {
+			if err := s.checkRate(id); err != nil {
+				return err
+			}
+		}
+		return h(c, id)
+	}
 }
 
 // Handler is the HTTP handler of every route.
@@ -270,7 +282,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !validRequestID(id) {
 			id = s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
 		}
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.Response().Header()[echo.HeaderXRequestID] = []string{id} // the key is canonical already
 		err := func() (err error) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -304,11 +316,11 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 
 // lease takes a block for a request: from the cache, or the backend when the cache is off. A missing
 // namespace is created first when the server allows it and the caller is the admin.
-func (s *Server) lease(c echo.Context, ns string, size int64) (allocator.Block, bool, error) {
+func (s *Server) lease(c echo.Context, caller identity, ns string, size int64) (allocator.Block, bool, error) {
 	ctx := c.Request().Context()
 	id := requestID(c)
 	blk, cached, err := s.leaseOnce(ctx, ns, size, id)
-	if s.cfg.CreateOnLease && callerOf(c).admin && errors.Is(err, allocator.ErrNotFound) && !errors.Is(err, allocator.ErrUnavailable) {
+	if s.cfg.CreateOnLease && caller.admin && errors.Is(err, allocator.ErrNotFound) && !errors.Is(err, allocator.ErrUnavailable) {
 		if _, cerr := s.backend.CreateNamespace(ctx, allocator.Namespace{Name: ns}); cerr != nil && !errors.Is(cerr, allocator.ErrExists) {
 			return allocator.Block{}, false, cerr
 		}
@@ -327,16 +339,16 @@ func (s *Server) leaseOnce(ctx context.Context, ns string, size int64, reqID str
 }
 
 // namespaceParam authorizes the caller for the path's namespace, then checks its name.
-func namespaceParam(c echo.Context) (string, error) {
+func namespaceParam(c echo.Context, caller identity) (string, error) {
 	ns := c.Param("ns")
-	if err := authorize(c, ns); err != nil {
+	if err := authorize(caller, ns); err != nil {
 		return "", err
 	}
 	return ns, allocator.ValidateName(ns)
 }
 
-func (s *Server) postBlock(c echo.Context) error {
-	ns, err := namespaceParam(c)
+func (s *Server) postBlock(c echo.Context, caller identity) error {
+	ns, err := namespaceParam(c, caller)
 	if err != nil {
 		return err
 	}
@@ -344,7 +356,7 @@ func (s *Server) postBlock(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	blk, cached, err := s.lease(c, ns, size)
+	blk, cached, err := s.lease(c, caller, ns, size)
 	if err != nil {
 		return err
 	}
@@ -352,8 +364,8 @@ func (s *Server) postBlock(c echo.Context) error {
 	return writeJSON(c, func(buf []byte) []byte { return appendBlock(buf, blk) })
 }
 
-func (s *Server) getIDs(c echo.Context) error {
-	ns, err := namespaceParam(c)
+func (s *Server) getIDs(c echo.Context, caller identity) error {
+	ns, err := namespaceParam(c, caller)
 	if err != nil {
 		return err
 	}
@@ -361,7 +373,7 @@ func (s *Server) getIDs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	blk, cached, err := s.lease(c, ns, count)
+	blk, cached, err := s.lease(c, caller, ns, count)
 	if err != nil {
 		return err
 	}
@@ -369,8 +381,8 @@ func (s *Server) getIDs(c echo.Context) error {
 	return writeJSON(c, func(buf []byte) []byte { return appendIDs(buf, blk) })
 }
 
-func (s *Server) getNamespace(c echo.Context) error {
-	ns, err := namespaceParam(c)
+func (s *Server) getNamespace(c echo.Context, caller identity) error {
+	ns, err := namespaceParam(c, caller)
 	if err != nil {
 		return err
 	}
@@ -381,8 +393,8 @@ func (s *Server) getNamespace(c echo.Context) error {
 	return c.JSON(http.StatusOK, api.FromNamespace(got))
 }
 
-func (s *Server) listNamespaces(c echo.Context) error {
-	if err := requireAdmin(c); err != nil {
+func (s *Server) listNamespaces(c echo.Context, caller identity) error {
+	if err := requireAdmin(caller); err != nil {
 		return err
 	}
 	list, err := s.backend.Namespaces(c.Request().Context())
@@ -398,8 +410,8 @@ func (s *Server) listNamespaces(c echo.Context) error {
 
 // putNamespace creates a namespace (201) or updates its settings (200); fields left out keep their
 // value on update and take their default on create.
-func (s *Server) putNamespace(c echo.Context) error {
-	if err := requireAdmin(c); err != nil {
+func (s *Server) putNamespace(c echo.Context, caller identity) error {
+	if err := requireAdmin(caller); err != nil {
 		return err
 	}
 	name := c.Param("ns")

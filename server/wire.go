@@ -18,26 +18,36 @@ import (
 	"github.com/ticketd/ticketd/api"
 )
 
-// readBody reads a request body of at most api.MaxBodyBytes.
-func readBody(r *http.Request) ([]byte, error) {
-	tooLarge := errorf(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, "the body must be at most %d bytes", api.MaxBodyBytes)
+func bodyTooLarge() error {
+	return errorf(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, "the body must be at most %d bytes", api.MaxBodyBytes)
+}
+
+// readBody appends a request body of at most api.MaxBodyBytes to buf.
+func readBody(r *http.Request, buf []byte) ([]byte, error) {
 	if r.ContentLength > api.MaxBodyBytes {
-		return nil, tooLarge
+		return buf, bodyTooLarge()
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBodyBytes+1))
-	if err != nil {
-		return nil, errorf(http.StatusBadRequest, api.CodeInvalidJSON, "could not read the body: %v", err)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Body.Read(buf[len(buf):min(cap(buf), api.MaxBodyBytes+1)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case len(buf) > api.MaxBodyBytes:
+			return buf, bodyTooLarge()
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, errorf(http.StatusBadRequest, api.CodeInvalidJSON, "could not read the body: %v", err)
+		}
 	}
-	if len(body) > api.MaxBodyBytes {
-		return nil, tooLarge
-	}
-	return body, nil
 }
 
 // readJSON decodes one JSON object into v, refusing unknown fields and trailing data. An empty body
 // leaves v as it is.
 func readJSON(r *http.Request, v any) error {
-	body, err := readBody(r)
+	body, err := readBody(r, nil)
 	if err != nil {
 		return err
 	}
@@ -85,7 +95,12 @@ func truncate(s string, n int) string {
 
 // readBlockRequest parses the body of POST /v1/namespaces/{ns}/blocks: the size, 0 when left out.
 func readBlockRequest(r *http.Request) (int64, error) {
-	body, err := readBody(r)
+	buf := bufPool.Get().(*[]byte)
+	body, err := readBody(r, (*buf)[:0])
+	defer func() {
+		*buf = body[:0]
+		bufPool.Put(buf)
+	}()
 	if err != nil {
 		return 0, err
 	}
