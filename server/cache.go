@@ -324,6 +324,7 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	if err != nil {
 		return err
 	}
+	sp.c.metrics.observeStall(sp.name)
 	return wait(ctx, call)
 }
 

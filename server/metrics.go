@@ -26,6 +26,7 @@ type Metrics struct {
 	blocks       *prometheus.CounterVec
 	failovers    *prometheus.CounterVec
 	fetches      *prometheus.CounterVec
+	stalls       *prometheus.CounterVec
 
 	// Label lookups cost a hash and a map access; the hot path keeps the children it has seen.
 	mu       sync.RWMutex
@@ -72,11 +73,14 @@ func NewMetrics() *Metrics {
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_fetches_total", Help: "Segment leases by the cache, by namespace and result.",
 		}, []string{"namespace", "result"}),
+		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_cache_stalls_total", Help: "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).",
+		}, []string{"namespace"}),
 		reqChild: map[reqKey]prometheus.Counter{},
 		durChild: map[string]prometheus.Observer{},
 		idsChild: map[string]nsCounters{},
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches,
+	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches, m.stalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -152,6 +156,8 @@ func (m *Metrics) observeFetch(namespace string, err error) {
 	}
 	m.fetches.WithLabelValues(namespace, result).Inc()
 }
+
+func (m *Metrics) observeStall(namespace string) { m.stalls.WithLabelValues(namespace).Inc() }
 
 // stateCollector reports, at each scrape, ticket server health and the cache's segments.
 type stateCollector struct {

@@ -602,6 +602,7 @@ func TestMetrics(t *testing.T) {
 		`ticketd_cache_segments{namespace="orders"}`,
 		`ticketd_cache_remaining_ids{namespace="orders"}`,
 		`ticketd_cache_fetches_total{namespace="orders",result="ok"}`,
+		`ticketd_cache_stalls_total{namespace="orders"} 1`, // the first request finds the cache empty
 		`ticketd_http_request_duration_seconds_count{route="/v1/namespaces/:ns/blocks"} 5`,
 	} {
 		if !strings.Contains(body, want) {
