@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"strings"
@@ -39,8 +38,6 @@ type Options struct {
 	Command string
 	// Progress receives a live progress line (carriage returns); nil means none.
 	Progress io.Writer
-	// Logger receives notes about skipped cases. Default slog.Default().
-	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -64,9 +61,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Batch == 0 {
 		o.Batch = 1000
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard

@@ -70,8 +70,12 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 				}, text: decimalText}, nil
 			}}
 	}
+	ticketName := ticketRowName + ", embedded store"
+	if env != nil {
+		ticketName = ticketRowName + ", MySQL pair"
+	}
 	return []scheme{
-		{name: ticketRowName, binSize: 8, coordination: "unique ticket server offsets and counters that never go back",
+		{name: ticketName, binSize: 8, coordination: "unique ticket server offsets and counters that never go back",
 			open: func(ctx context.Context) (*generator, error) { return openTicketGen(ctx, opts, env) }},
 		snow("snowflake 41/10/12 (Twitter)", snowflake.Twitter),
 		snow("snowflake 42/10/12 (Discord)", snowflake.Discord),

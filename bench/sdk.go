@@ -7,7 +7,7 @@ import (
 )
 
 // ticketRowName names the ticket row of the generation table.
-const ticketRowName = "ticketd blocks (leased directly, no SDK)"
+const ticketRowName = "ticketd blocks, leased directly (no SDK)"
 
 // newTicketSource returns the source the ticket rows use: IDs from cached blocks of size IDs of ns.
 func newTicketSource(_ context.Context, b allocator.Backend, ns string, size int64) (idSource, func(), error) {

@@ -96,7 +96,7 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 		return usagef("bench: --out must name a directory")
 	}
 	opts := bench.Options{Duration: c.duration, Rows: c.rows, Batch: c.batch, Redis: c.redis, Quick: c.quick,
-		Command: c.commandLine(args), Logger: m.logger()}
+		Command: c.commandLine(args)}
 	for _, s := range strings.Split(c.clients, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
