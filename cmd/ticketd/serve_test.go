@@ -320,6 +320,9 @@ func TestServeOnThePair(t *testing.T) {
 				urls = append(urls, p.url)
 			}
 			mustCall(t, 201, "PUT", urls[0]+"/v1/namespaces/orders", e2eAdmin, `{"block_size":100,"max_block_size":24000}`)
+			if replicas == 1 {
+				refusedRequestsMoveNoCounter(t, urls[0])
+			}
 			res := load(urls, "orders", e2eToken, 32, 2000, nil)
 			if len(res.errs) > 0 {
 				t.Fatalf("%d requests failed; first: %v", len(res.errs), res.errs[0])
@@ -337,6 +340,43 @@ func TestServeOnThePair(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// refusedRequestsMoveNoCounter sends a burst of bad requests to a server whose cache is cold and
+// checks that the counters on both ticket servers did not move.
+func refusedRequestsMoveNoCounter(t *testing.T, url string) {
+	t.Helper()
+	counters := func() string {
+		var ns api.Namespace
+		if err := json.Unmarshal(mustCall(t, 200, "GET", url+"/v1/namespaces/orders", e2eAdmin, ""), &ns); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(ns.Servers)
+	}
+	before := counters()
+	bad := []struct{ method, path, token, body string }{
+		{"POST", "/v1/namespaces/orders/blocks", e2eToken, `{"size":24001}`},
+		{"POST", "/v1/namespaces/orders/blocks", e2eToken, `{"size":0}`},
+		{"POST", "/v1/namespaces/orders/blocks", e2eToken, `{"size":"1"}`},
+		{"POST", "/v1/namespaces/orders/blocks", e2eToken, `{"size":1,"extra":1}`},
+		{"POST", "/v1/namespaces/orders/blocks", "", `{"size":1}`},
+		{"POST", "/v1/namespaces/orders/blocks", "not-the-token-0123456789", `{"size":1}`},
+		{"GET", "/v1/namespaces/orders/ids?count=0", e2eToken, ""},
+		{"GET", "/v1/namespaces/orders/ids?count=24001", e2eToken, ""},
+		{"PUT", "/v1/namespaces/orders", e2eToken, `{"start":"999999999"}`},
+		{"PUT", "/v1/namespaces/orders", e2eAdmin, `{"lease_ttl":"forever","start":"999999999"}`},
+		{"POST", "/v1/namespaces/orders'%20OR%20'1'='1/blocks", e2eAdmin, `{"size":1}`},
+	}
+	for i := 0; i < 5; i++ {
+		for _, r := range bad {
+			if code, body, err := call(r.method, url+r.path, r.token, r.body); err != nil || code < 400 {
+				t.Fatalf("%+v: %d %s %v", r, code, body, err)
+			}
+		}
+	}
+	if after := counters(); after != before {
+		t.Fatalf("refused requests moved counters:\n%s\n%s", before, after)
 	}
 }
 
