@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
@@ -508,6 +509,11 @@ func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size 
 		// Every block carved from it keeps its expiry; serving only in the first half of the TTL leaves
 		// each client at least half the TTL to use its block.
 		seg.staleAt = blk.ExpiresAt.Add(-st.LeaseTTL / 2)
+		if !seg.fresh(c.now()) {
+			// Serving it would hand out blocks about to expire, and leasing again would loop.
+			return nil, fmt.Errorf("%w: %s leased a segment of %q that expires at %s, within half its TTL; check the clocks",
+				allocator.ErrUnavailable, blk.Server, sp.name, blk.ExpiresAt.Format(time.RFC3339Nano))
+		}
 	}
 	return seg, nil
 }

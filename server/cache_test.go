@@ -395,3 +395,19 @@ func TestCacheClosed(t *testing.T) {
 		t.Fatalf("lease after close: %v", err)
 	}
 }
+
+// TestCacheRefusesASegmentStaleOnArrival: a backend whose clock is an hour behind hands out segments
+// that expire at once; the cache refuses them with one call instead of leasing in a loop.
+func TestCacheRefusesASegmentStaleOnArrival(t *testing.T) {
+	clk := newClock()
+	f := newFake(func() time.Time { return clk.Now().Add(-time.Hour) })
+	if _, err := f.CreateNamespace(context.Background(), allocator.Namespace{Name: "orders", LeaseTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	c := newSegmentCache(CacheConfig{}, f, NewMetrics(), quiet, clk.Now)
+	defer c.close()
+	_, _, err := c.lease(context.Background(), "orders", 10, "")
+	if !errors.Is(err, allocator.ErrUnavailable) || f.leaseCalls.Load() != 1 {
+		t.Fatalf("%v after %d backend calls", err, f.leaseCalls.Load())
+	}
+}

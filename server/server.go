@@ -155,6 +155,8 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	// The peer's address, never X-Forwarded-For: a client must not pick the rate-limit bucket it uses.
+	e.IPExtractor = echo.ExtractIPDirect()
 	e.Use(s.observe)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -266,6 +268,17 @@ func validRequestID(id string) bool {
 	return true
 }
 
+// methodLabel keeps the metrics' method label to the methods HTTP defines, so that made-up methods
+// cannot create series without bound.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodHead,
+		http.MethodPatch, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
 func routeOf(c echo.Context) string {
 	if p := c.Path(); p != "" {
 		return p
@@ -297,7 +310,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		took := s.cfg.now().Sub(start)
 		status := c.Response().Status
 		route := routeOf(c)
-		s.metrics.observeRequest(route, c.Request().Method, status, took)
+		s.metrics.observeRequest(route, methodLabel(c.Request().Method), status, took)
 		if s.cfg.AccessLog || (err != nil && status < 500) {
 			level := slog.LevelInfo
 			if !s.cfg.AccessLog {

@@ -582,6 +582,7 @@ func TestMetrics(t *testing.T) {
 	}
 	s.do(t, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: linksTok})
 	s.do(t, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok, body: `{"size":400}`}) // above the cache
+	s.do(t, request{method: "BREW", path: "/v1/namespaces/orders", token: ordersTok})
 	s.metrics.ObserveLease("a", 3*time.Millisecond, nil)
 	s.metrics.ObserveLease("b", time.Second, errors.New("down"))
 	s.metrics.ObserveFailover("b")
@@ -604,6 +605,7 @@ func TestMetrics(t *testing.T) {
 		`ticketd_cache_fetches_total{namespace="orders",result="ok"}`,
 		`ticketd_cache_stalls_total{namespace="orders"} 1`, // the first request finds the cache empty
 		`ticketd_http_request_duration_seconds_count{route="/v1/namespaces/:ns/blocks"} 5`,
+		`method="other"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
@@ -621,7 +623,11 @@ func TestRequestIDsInLogs(t *testing.T) {
 	if id := w.Header().Get("X-Request-Id"); id == "" || strings.Contains(id, "forged") {
 		t.Fatalf("an unsafe request ID was kept: %q", id)
 	}
-	s.do(t, request{method: "GET", path: "/v1/namespaces/orders", token: "wrong-token-0123456789"})
+	s.do(t, request{method: "GET", path: "/v1/namespaces/orders", token: "wrong-token-0123456789",
+		header: map[string]string{"X-Forwarded-For": "203.0.113.9"}})
+	if strings.Contains(s.logs.String(), "203.0.113.9") {
+		t.Fatal("the logged client address came from X-Forwarded-For")
+	}
 	lines := strings.Split(strings.TrimSpace(s.logs.String()), "\n")
 	requests := 0
 	for _, l := range lines {
