@@ -1,0 +1,544 @@
+// Package client is the Go SDK of ticketd: it leases blocks of unique IDs from ticketd servers (or from a
+// backend in the same process) and serves them from memory, one atomic add per ID, refilling in the
+// background before the cached IDs run out.
+//
+// # Uniqueness and order
+//
+// Every ID a Client returns is unique: it comes from a block that no other caller, process or server
+// was given, and each ID of a block is handed out at most once. IDs from different Clients, processes
+// and machines never collide as long as they lease from the same ticket servers.
+//
+// IDs are not returned in increasing order, not even to a single goroutine. To serve many goroutines
+// without a shared counter, a Client splits each block into runs of consecutive IDs (of the block's
+// step), one run per processor; a goroutine takes the next ID of the run of the processor it happens to
+// run on, and the Go scheduler may move it to another processor between two calls. What holds:
+//   - IDs taken from the same run come out in increasing order of the moment they were taken, so a
+//     goroutine that stays on one processor sees increasing IDs until that run is used up;
+//   - every ID of a block is smaller than every ID of a later block from the same ticket server, so IDs
+//     grow over time, roughly, at the granularity of blocks (seconds, at the default refill interval);
+//   - the IDs that one NextN call writes are increasing within each run they come from.
+//
+// A caller that needs a strict order must sort, or use one ID as a sequence number and ticketd only to
+// make it unique. IDs also have gaps: IDs cached when a Client is closed, or when its block expires,
+// are never issued to anyone (Stats counts the expired ones as Discarded).
+//
+// # Refill
+//
+// A background goroutine leases the next block once the IDs left fall below a low-water mark, so that
+// the block lands before the cache runs dry at the observed rate and refill latency; the mark is never
+// below 20% of the last block. The block size follows demand: rate × WithRefillInterval, between the
+// namespace's block size and its maximum. At most one lease is in flight. A failed refill is retried
+// with exponential backoff and jitter while the cached IDs keep being served; only when nothing is left
+// do callers wait, until the context ends or WithMaxWait passes, and then get ErrUnavailable.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Sentinel errors. Errors from a ticketd server also match the allocator's sentinel errors with
+// errors.Is (404 is allocator.ErrNotFound, 503 allocator.ErrUnavailable, and so on; see StatusError).
+var (
+	// ErrUnavailable means no ID was cached and no source delivered a block before the caller's context
+	// ended or the WithMaxWait wait passed. It wraps the last refill error and the context's error.
+	ErrUnavailable = errors.New("client: no ID available: the cache is empty and no source delivered a block in time")
+	// ErrClosed means the Client has been closed.
+	ErrClosed = errors.New("client: closed")
+	// ErrUnauthorized means the server wants a bearer token (HTTP 401); set one with WithToken.
+	ErrUnauthorized = errors.New("client: unauthorized: the server wants a bearer token")
+	// ErrForbidden means the token is not valid for this namespace (HTTP 403).
+	ErrForbidden = errors.New("client: forbidden: the token is not valid for this namespace")
+	// ErrRateLimited means the server asked the client to slow down (HTTP 429).
+	ErrRateLimited = errors.New("client: rate limited by the server")
+	// ErrBadRequest means the server refused a request as malformed (HTTP 400 or 413 that is not about
+	// the namespace name or the block size).
+	ErrBadRequest = errors.New("client: the server refused the request as malformed")
+	// ErrBadResponse means a server's answer could not be used: not JSON, an invalid block, a block of
+	// another namespace, or one that arrived already expired.
+	ErrBadResponse = errors.New("client: unusable answer from the source")
+	// ErrOverlap means a source returned a block that shares IDs with one this Client already used;
+	// the block is refused, and the refill retried.
+	ErrOverlap = errors.New("client: leased block overlaps a block already served")
+)
+
+const (
+	// numShards is the number of per-processor runs; processors beyond it share (atomically).
+	numShards = 64
+	shardMask = numShards - 1
+	// maxRun bounds the IDs one processor takes from a block at a time; smaller runs strand fewer IDs on
+	// idle processors, larger ones take the lock less often.
+	maxRun = 8192
+)
+
+// run is a slice of a block served by one processor: IDs base + k*step for k in [0, size). Claiming
+// is one atomic add on next. A run fills two cache lines of its own, so that processors never write
+// to a line another reads.
+type run struct {
+	next  atomic.Int64 // index of the next unclaimed ID; passes size once the run is used up
+	size  int64
+	base  int64
+	step  int64
+	lease *lease
+	_     [88]byte
+}
+
+// claim takes up to len(dst) IDs from r and writes them to dst; it returns how many.
+func claim(r *run, dst []int64) int {
+	if r == nil || len(dst) == 0 || r.next.Load() >= r.size {
+		return 0
+	}
+	want := min(int64(len(dst)), r.size) // so that next cannot overflow however often it is called
+	k := r.next.Add(want) - want
+	if k < 0 || k >= r.size {
+		return 0
+	}
+	got := min(want, r.size-k)
+	for i := range got {
+		dst[i] = r.base + (k+i)*r.step
+	}
+	return int(got)
+}
+
+// shard holds one processor's current run, alone on its cache lines.
+type shard struct {
+	run atomic.Pointer[run]
+	_   [120]byte
+}
+
+// lease is a block the Client holds.
+type lease struct {
+	blk     allocator.Block
+	carved  int64     // IDs handed to runs or callers
+	useBy   time.Time // when to stop serving it (a margin before its expiry); zero: never
+	revoked bool
+	stop    func() bool // the expiry timer
+}
+
+// Client serves unique IDs of one namespace from leased blocks. All its methods are safe for
+// concurrent use by any number of goroutines.
+type Client struct {
+	shards [numShards]shard
+
+	ns    string
+	cfg   config
+	src   leaser
+	procs int64
+
+	mu        sync.Mutex
+	closed    bool
+	leases    []*lease // blocks with IDs not yet carved, oldest first
+	expiring  []*lease // blocks with an expiry whose timer is armed
+	uncarved  int64
+	avail     chan struct{}       // closed and replaced whenever waiting callers should look again
+	recent    [16]allocator.Block // the last blocks received, to refuse an overlapping one
+	recentN   int
+	permErr   error // a refill error that waiting will not cure (unknown namespace, bad token)
+	lastErr   error
+	failures  int
+	backoffTo time.Time
+	stopPoke  func() bool
+
+	// adaptive sizing
+	rate       float64 // IDs/s
+	rateAt     time.Time
+	rateCarved int64
+	latency    time.Duration // moving average of successful refills
+	lastTook   time.Duration
+	lastSize   int64
+	lowWater   int64
+	nsBlock    int64         // the namespace's block size; 0 until known
+	nsMax      int64         // the namespace's maximum block size; 0 until known
+	sizeCap    int64         // lowered when the source refuses a size
+	ttl        time.Duration // the namespace's lease TTL, when the source tells it
+	lastLife   time.Duration // how long the last block could be used when it arrived
+	settingsOK bool
+
+	// counters (under mu)
+	served, carvedTotal, discarded, stalls, refills, refillErrors int64
+
+	kick        chan struct{}
+	refillWaits atomic.Bool // the refill goroutine waits for mu
+	done        chan struct{}
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
+}
+
+// New returns a Client that serves IDs of namespace from src. It does no I/O itself: a background
+// goroutine leases the first block at once, and the first Next waits for it. Close the Client to stop
+// that goroutine.
+func New(src Source, namespace string, opts ...Option) (*Client, error) {
+	if src == nil {
+		return nil, errors.New("client: a Source is required (client.HTTP or client.FromBackend)")
+	}
+	if err := allocator.ValidateName(namespace); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	var cfg config
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	cfg = cfg.withDefaults()
+	if cfg.procs == 0 {
+		cfg.procs = runtime.GOMAXPROCS(0)
+	}
+	l, err := src.open(namespace, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		ns: namespace, cfg: cfg, src: l,
+		procs:    int64(min(max(cfg.procs, 1), numShards)),
+		avail:    make(chan struct{}),
+		lowWater: 1, // lease the first block at once
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	c.rateAt = cfg.clock.Now()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.kick <- struct{}{}
+	c.wg.Add(1)
+	go c.refillLoop()
+	return c, nil
+}
+
+// Next returns a new unique ID. It is lock-free and does not allocate while the cache holds IDs; it
+// waits only when the cache is empty, until a refill lands, ctx ends or WithMaxWait passes (then
+// ErrUnavailable). ctx is only looked at while waiting.
+func (c *Client) Next(ctx context.Context) (int64, error) {
+	p := procPin() // procID, by hand: the compiler does not inline it
+	procUnpin()
+	if r := c.shards[p&shardMask].run.Load(); r != nil {
+		if k := r.next.Add(1) - 1; k < r.size {
+			return r.base + k*r.step, nil
+		}
+	}
+	return c.nextSlow(ctx)
+}
+
+func (c *Client) nextSlow(ctx context.Context) (int64, error) {
+	var one [1]int64
+	if _, err := c.fill(ctx, one[:]); err != nil {
+		return 0, err
+	}
+	return one[0], nil
+}
+
+// NextN fills dst with new unique IDs and returns how many it wrote: len(dst), or fewer with an error
+// when the cache ran dry and no refill came in time (ErrUnavailable) or the Client was closed. The IDs
+// are increasing within each run they come from (see the package documentation).
+func (c *Client) NextN(ctx context.Context, dst []int64) (int, error) {
+	n := claim(c.shards[procID()&shardMask].run.Load(), dst)
+	if n == len(dst) {
+		return n, nil
+	}
+	m, err := c.fill(ctx, dst[n:])
+	return n + m, err
+}
+
+// fill is the slow path: it carves new runs, takes IDs straight from a block for large batches, takes
+// what other processors' runs hold, and waits for a refill when nothing is left.
+func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
+	n := 0
+	stalled := false
+	var timer *time.Timer
+	for {
+		n += claim(c.shards[procID()&shardMask].run.Load(), dst[n:])
+		if n == len(dst) {
+			return n, nil
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return n, ErrClosed
+		}
+		got, kicked := c.carveLocked(dst[n:])
+		n += got
+		for i := 0; i < numShards && n < len(dst); i++ {
+			n += claim(c.shards[i].run.Load(), dst[n:])
+		}
+		if n == len(dst) {
+			c.unlockYielding(kicked)
+			return n, nil
+		}
+		if c.permErr != nil {
+			err := c.permErr
+			c.kickLocked() // the refill goroutine retries once its backoff has passed
+			c.mu.Unlock()
+			return n, err
+		}
+		if !stalled && c.refills > 0 { // waiting for the first block is start-up, not a stall
+			stalled = true
+			c.stalls++
+		}
+		c.kickLocked()
+		ch := c.avail
+		c.mu.Unlock()
+
+		if timer == nil {
+			timer = time.NewTimer(c.cfg.maxWait)
+			defer timer.Stop()
+		}
+		var why error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			why = ctx.Err()
+		case <-timer.C:
+			why = fmt.Errorf("waited %s (WithMaxWait)", c.cfg.maxWait)
+		case <-c.done:
+		}
+		c.mu.Lock()
+		closed, last := c.closed, c.lastErr
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return n, ErrClosed
+		case why != nil && last != nil:
+			return n, fmt.Errorf("%w: namespace %s: %w; last refill error: %w", ErrUnavailable, c.ns, why, last)
+		case why != nil:
+			return n, fmt.Errorf("%w: namespace %s: %w", ErrUnavailable, c.ns, why)
+		}
+	}
+}
+
+// unlockYielding releases c.mu from a caller. When the caller just woke the refill goroutine, or that
+// goroutine waits for c.mu, the caller yields its processor: the refill goroutine was made runnable
+// on this processor and would otherwise wait until this caller is preempted, up to 10ms later, long
+// enough for a busy cache to run dry.
+func (c *Client) unlockYielding(kicked bool) {
+	c.mu.Unlock()
+	if kicked || c.refillWaits.Load() {
+		runtime.Gosched()
+	}
+}
+
+// lockForRefill takes c.mu for the refill goroutine, telling callers that it waits.
+func (c *Client) lockForRefill() {
+	if c.mu.TryLock() {
+		return
+	}
+	c.refillWaits.Store(true)
+	c.mu.Lock()
+	c.refillWaits.Store(false)
+}
+
+// carveLocked gives the caller's processor a new run (or, for a batch of at least a run, IDs straight
+// from the oldest block) and claims from it. It reports whether it woke the refill goroutine.
+func (c *Client) carveLocked(dst []int64) (n int, kicked bool) {
+	s := &c.shards[procID()&shardMask]
+	n = claim(s.run.Load(), dst) // another goroutine may have installed a run meanwhile
+	for n < len(dst) {
+		l := c.headLocked()
+		if l == nil {
+			break
+		}
+		want := int64(len(dst) - n)
+		size := c.runSize(l)
+		if want >= size {
+			base, got := c.carve(l, want)
+			c.served += got
+			for i := range got {
+				dst[n] = base + i*l.blk.Step
+				n++
+			}
+			continue
+		}
+		base, got := c.carve(l, size)
+		if old := s.run.Load(); old != nil {
+			c.served += old.size // used up: claim failed while no one else could install a run
+		}
+		r := &run{size: got, base: base, step: l.blk.Step, lease: l}
+		s.run.Store(r)
+		n += claim(r, dst[n:])
+	}
+	if c.needRefillLocked() {
+		kicked = c.kickLocked()
+	}
+	return n, kicked
+}
+
+// runSize is how many IDs a processor takes from l at a time: a share of the block small enough that
+// the processors' runs together hold at most a quarter of it.
+func (c *Client) runSize(l *lease) int64 {
+	return max(1, min(maxRun, l.blk.Size/(4*c.procs)))
+}
+
+// carve takes up to n IDs from the front of l's uncarved part.
+func (c *Client) carve(l *lease, n int64) (base, got int64) {
+	got = min(n, l.blk.Size-l.carved)
+	base = l.blk.Start + l.carved*l.blk.Step
+	l.carved += got
+	c.uncarved -= got
+	c.carvedTotal += got
+	return base, got
+}
+
+// headLocked returns the oldest block with IDs left to carve, dropping used-up and expired ones.
+func (c *Client) headLocked() *lease {
+	for len(c.leases) > 0 {
+		l := c.leases[0]
+		if l.carved < l.blk.Size && (l.useBy.IsZero() || c.cfg.clock.Now().Before(l.useBy)) {
+			return l
+		}
+		if l.carved < l.blk.Size {
+			c.revokeLocked(l) // expired before its timer fired
+			continue
+		}
+		c.leases[0] = nil
+		c.leases = c.leases[1:]
+	}
+	return nil
+}
+
+// revokeLocked stops serving l: its uncarved IDs and the unclaimed IDs of its runs are discarded.
+func (c *Client) revokeLocked(l *lease) {
+	if l.revoked {
+		return
+	}
+	l.revoked = true
+	if l.stop != nil {
+		l.stop()
+	}
+	if left := l.blk.Size - l.carved; left > 0 {
+		c.discarded += left
+		c.uncarved -= left
+		l.carved = l.blk.Size
+	}
+	for i, q := range c.leases {
+		if q == l {
+			c.leases = append(c.leases[:i:i], c.leases[i+1:]...)
+			break
+		}
+	}
+	for i, q := range c.expiring {
+		if q == l {
+			c.expiring = append(c.expiring[:i:i], c.expiring[i+1:]...)
+			break
+		}
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		r := s.run.Load()
+		if r == nil || r.lease != l {
+			continue
+		}
+		claimed, left := c.drain(s, r)
+		c.served += claimed
+		c.discarded += left
+	}
+	if c.needRefillLocked() {
+		c.kickLocked()
+	}
+}
+
+// drain removes r from s and ends it: a claim that comes after returns nothing. It returns how many
+// IDs of r were claimed and how many were left.
+func (c *Client) drain(s *shard, r *run) (claimed, left int64) {
+	s.run.Store(nil)
+	old := r.next.Swap(r.size)
+	claimed = min(max(old, 0), r.size)
+	return claimed, r.size - claimed
+}
+
+// kickLocked wakes the refill goroutine; it reports whether this call did (rather than an earlier one).
+func (c *Client) kickLocked() bool {
+	select {
+	case c.kick <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) broadcastLocked() {
+	close(c.avail)
+	c.avail = make(chan struct{})
+}
+
+// Stats is a snapshot of a Client's counters.
+type Stats struct {
+	// Served is the number of IDs returned by Next and NextN.
+	Served int64
+	// Refills is the number of blocks leased; RefillErrors the number of failed lease attempts.
+	Refills, RefillErrors int64
+	// RefillLatency is the moving average of how long a successful refill took.
+	RefillLatency time.Duration
+	// Stalls is the number of calls that found the cache empty and had to wait for a refill (waiting
+	// for the very first block is not counted).
+	Stalls int64
+	// Discarded is the number of IDs dropped unserved because their block expired.
+	Discarded int64
+	// Cached is the number of IDs held now.
+	Cached int64
+	// Rate is the demand in IDs per second, as estimated at the last refill.
+	Rate float64
+	// BlockSize is the size of the last block leased; LowWater the number of cached IDs below which
+	// the next refill starts.
+	BlockSize, LowWater int64
+	// LastError is the error of the last refill, nil when it succeeded.
+	LastError error
+	// Endpoints describes each ticketd URL of an HTTP source; nil for FromBackend.
+	Endpoints []Endpoint
+}
+
+// Stats returns the Client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	st := Stats{
+		Served: c.served, Refills: c.refills, RefillErrors: c.refillErrors, RefillLatency: c.latency,
+		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.rate,
+		BlockSize: c.lastSize, LowWater: c.lowWater, LastError: c.lastErr,
+	}
+	for i := range c.shards {
+		if r := c.shards[i].run.Load(); r != nil {
+			claimed := min(max(r.next.Load(), 0), r.size)
+			st.Served += claimed
+			st.Cached += r.size - claimed
+		}
+	}
+	c.mu.Unlock()
+	st.Endpoints = c.src.endpoints()
+	return st
+}
+
+// Close stops the background refill and releases the source's idle connections. IDs still cached are
+// never issued (a gap). Calls to Next after Close return ErrClosed. Close is safe to call more than
+// once and always returns nil.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		for i := range c.shards {
+			if r := c.shards[i].run.Load(); r != nil {
+				claimed, _ := c.drain(&c.shards[i], r)
+				c.served += claimed
+			}
+		}
+		for _, l := range c.expiring {
+			l.stop()
+		}
+		c.expiring = nil
+		if c.stopPoke != nil {
+			c.stopPoke()
+		}
+		c.broadcastLocked()
+		c.mu.Unlock()
+		c.cancel()
+		close(c.done)
+		c.wg.Wait()
+		c.src.close()
+	})
+	return nil
+}

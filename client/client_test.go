@@ -1,0 +1,843 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/api"
+)
+
+func newClient(t testing.TB, src Source, ns string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(src, ns, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mustNext returns the next ID; the Client's WithMaxWait (10s by default) bounds a wait.
+func mustNext(t testing.TB, c *Client) int64 {
+	t.Helper()
+	id, err := c.Next(context.Background())
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return id
+}
+
+func TestNewRefusesBadArguments(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "ok"})
+	for _, tc := range []struct {
+		name string
+		src  Source
+		ns   string
+		opts []Option
+		is   error  // errors.Is target, or nil
+		msg  string // substring of the message
+	}{
+		{name: "nil source", src: nil, ns: "ok", msg: "Source is required"},
+		{name: "nil backend", src: FromBackend(nil), ns: "ok", msg: "backend is required"},
+		{name: "empty namespace", src: FromBackend(fake), ns: "", is: allocator.ErrInvalidNamespace},
+		{name: "upper-case namespace", src: FromBackend(fake), ns: "Orders", is: allocator.ErrInvalidNamespace},
+		{name: "namespace with a slash", src: HTTP("http://a"), ns: "a/b", is: allocator.ErrInvalidNamespace},
+		{name: "no URL", src: HTTP(), ns: "ok", msg: "at least one"},
+		{name: "ftp URL", src: HTTP("ftp://a"), ns: "ok", msg: "http:// or https://"},
+		{name: "no host", src: HTTP("http://"), ns: "ok", msg: "no host"},
+		{name: "credentials in URL", src: HTTP("http://u:secret@a"), ns: "ok", msg: "credentials"},
+		{name: "query", src: HTTP("http://a/?x=1"), ns: "ok", msg: "without query"},
+		{name: "same URL twice", src: HTTP("http://a:1", "http://a:1/"), ns: "ok", msg: "twice"},
+		{name: "token with newline", src: HTTP("http://a"), ns: "ok", opts: []Option{WithToken("x\r\nEvil: 1")}, msg: "control characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(tc.src, tc.ns, tc.opts...)
+			if err == nil {
+				c.Close()
+				t.Fatal("New succeeded")
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want %v", err, tc.is)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %q, want it to mention %q", err, tc.msg)
+			}
+			if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "Evil") {
+				t.Fatalf("err %q repeats a secret", err)
+			}
+		})
+	}
+}
+
+func TestOptionsAreClamped(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		check func(c config) error
+	}{
+		{"defaults", nil, func(c config) error {
+			if c.refillInterval != time.Second || c.maxWait != 10*time.Second || c.requestTimeout != 5*time.Second ||
+				c.backoffMin != 50*time.Millisecond || c.backoffMax != 5*time.Second || c.minBlock != 0 || c.maxBlock != 0 {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"negative means default", []Option{WithRefillInterval(-1), WithMaxWait(-5), WithMinBlockSize(-3), WithMaxBlockSize(-1)}, func(c config) error {
+			if c.refillInterval != time.Second || c.maxWait != 10*time.Second || c.minBlock != 0 || c.maxBlock != 0 {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"too small", []Option{WithRefillInterval(time.Nanosecond), WithMaxWait(time.Nanosecond), WithRequestTimeout(time.Nanosecond),
+			WithBackoff(time.Nanosecond, time.Nanosecond)}, func(c config) error {
+			if c.refillInterval != 10*time.Millisecond || c.maxWait != time.Millisecond || c.requestTimeout != 10*time.Millisecond ||
+				c.backoffMin != time.Millisecond || c.backoffMax != time.Millisecond {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"too large", []Option{WithRefillInterval(1000 * time.Hour), WithMaxWait(1000 * time.Hour), WithRequestTimeout(time.Hour),
+			WithBackoff(time.Hour, 2*time.Hour), WithMaxBlockSize(1 << 40)}, func(c config) error {
+			if c.refillInterval != time.Hour || c.maxWait != time.Hour || c.requestTimeout != 5*time.Minute ||
+				c.backoffMin != 10*time.Minute || c.backoffMax != 10*time.Minute || c.maxBlock != allocator.MaxBlockSizeLimit {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"backoff max below min", []Option{WithBackoff(time.Second, time.Millisecond)}, func(c config) error {
+			if c.backoffMin != time.Second || c.backoffMax != time.Second {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"min block above max", []Option{WithMinBlockSize(5000), WithMaxBlockSize(100)}, func(c config) error {
+			if c.minBlock != 100 || c.maxBlock != 100 {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"nil option", []Option{nil, WithToken("t")}, func(c config) error {
+			if c.token != "t" {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg config
+			for _, o := range tc.opts {
+				if o != nil {
+					o(&cfg)
+				}
+			}
+			if err := tc.check(cfg.withDefaults()); err != nil {
+				t.Fatalf("config after clamping: %v", err)
+			}
+		})
+	}
+}
+
+// TestUniqueUnderConcurrency: many goroutines through Next and NextN of one Client, small blocks so
+// that they cross many block and run boundaries; no ID twice, every ID from a leased block, and the
+// counters add up.
+func TestUniqueUnderConcurrency(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "race", BlockSize: 500, MaxBlockSize: 5000})
+	c := newClient(t, FromBackend(fake), "race", WithMaxBlockSize(5000))
+	const goroutines, perG = 64, 20_000
+	set := newIDSet()
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			add := set.adder()
+			ctx := context.Background()
+			buf := make([]int64, 1+g%7*300) // 1 to 1801: below and above a run
+			for got := 0; got < perG; {
+				if g%2 == 0 {
+					id, err := c.Next(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					add.add(id)
+					got++
+					continue
+				}
+				n, err := c.NextN(ctx, buf[:min(len(buf), perG-got)])
+				for _, id := range buf[:n] {
+					add.add(id)
+				}
+				got += n
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	set.check(t, goroutines*perG)
+	blocks := fake.leased()
+	var leased int64
+	for _, b := range blocks {
+		leased += b.Size
+	}
+	st := c.Stats()
+	if st.Served != goroutines*perG {
+		t.Fatalf("Stats().Served = %d, want %d", st.Served, goroutines*perG)
+	}
+	if st.Served+st.Cached+st.Discarded != leased {
+		t.Fatalf("served %d + cached %d + discarded %d != leased %d", st.Served, st.Cached, st.Discarded, leased)
+	}
+	if st.Refills != int64(len(blocks)) {
+		t.Fatalf("Refills = %d, blocks leased %d", st.Refills, len(blocks))
+	}
+	t.Logf("%d IDs from %d blocks; stats %+v", goroutines*perG, len(blocks), st)
+}
+
+// TestEveryIDComesFromALeasedBlock checks the arithmetic: IDs are exactly the blocks' IDs, with a
+// step, served in full before the next block.
+func TestEveryIDComesFromALeasedBlock(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "odd", BlockSize: 10, Start: 101})
+	fake.step = 2
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one processor: its runs come in order
+	c := newClient(t, FromBackend(fake), "odd", WithMaxBlockSize(10), withProcs(1))
+	for i := range 95 {
+		if id, want := mustNext(t, c), int64(101+2*i); id != want {
+			t.Fatalf("ID %d = %d, want %d (one processor, one goroutine: in order)", i, id, want)
+		}
+	}
+	buf := make([]int64, 25)
+	if n, err := c.NextN(context.Background(), buf); err != nil || n != 25 {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	for i, id := range buf {
+		if want := int64(101 + 2*(95+i)); id != want {
+			t.Fatalf("NextN ID %d = %d, want %d", i, id, want)
+		}
+	}
+}
+
+// TestConcurrentCallersCauseOneFetch: while one refill is in flight, 64 callers that find the cache
+// empty all wait for that one; none starts another.
+func TestConcurrentCallersCauseOneFetch(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "one", BlockSize: 1000, MaxBlockSize: 1000})
+	fake.gate, fake.free = make(chan struct{}), 1
+	// A frozen clock measures neither rate nor latency, so the low-water mark stays at 20% of the block
+	// and the refill after the callers' one is not due.
+	c := newClient(t, FromBackend(fake), "one", withProcs(2), withClock(newFakeClock()))
+	for range 1000 {
+		mustNext(t, c)
+	}
+	// The first block is used up; the second lease is in flight, held at the gate.
+	eventually(t, "the second lease", func() bool { return fake.leaseCalls() == 2 })
+
+	const callers = 64
+	ids := make(chan int64, callers)
+	errs := make(chan error, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := c.Next(ctxTimeout(t, 10*time.Second))
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- id
+		}()
+	}
+	eventually(t, "64 callers waiting", func() bool { return c.Stats().Stalls == callers })
+	if n := fake.leaseCalls(); n != 2 {
+		t.Fatalf("%d callers waiting caused %d lease calls in all, want 2 (the first block and one refill)", callers, n)
+	}
+	fake.gate <- struct{}{}
+	wg.Wait()
+	close(ids)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for id := range ids {
+		if seen[id] || id <= 1000 || id > 2000 {
+			t.Fatalf("ID %d: duplicate or not from the second block [1001, 2000]", id)
+		}
+		seen[id] = true
+	}
+	if n := fake.leaseCalls(); n != 2 {
+		t.Fatalf("lease calls = %d after the refill landed, want exactly 2", n)
+	}
+	if st := c.Stats(); st.Stalls != callers || st.Refills != 2 {
+		t.Fatalf("stats %+v: want %d stalls and 2 refills", st, callers)
+	}
+}
+
+// TestExpiredBlockIsNeverServed: with an injected clock, once a block's lease expires no ID of it is
+// returned, its rest is counted as discarded, and a new block is leased.
+func TestExpiredBlockIsNeverServed(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "ttl", BlockSize: 1_000_000, LeaseTTL: 10 * time.Second})
+	fake.now = clk.Now
+	c := newClient(t, FromBackend(fake), "ttl", withClock(clk), withProcs(2))
+	first := mustNext(t, c)
+	for range 9 {
+		mustNext(t, c)
+	}
+	blk := fake.leased()[0]
+	if !blk.Contains(first) {
+		t.Fatalf("first ID %d not from the first block %v", first, blk)
+	}
+	clk.Advance(9*time.Second + 400*time.Millisecond) // before the margin (10s/20 = 500ms): still good
+	if id := mustNext(t, c); !blk.Contains(id) {
+		t.Fatalf("ID %d before expiry should still come from %v", id, blk)
+	}
+	if st := c.Stats(); st.Discarded != 0 {
+		t.Fatalf("discarded %d before expiry", st.Discarded)
+	}
+
+	// Goroutines keep asking while the block expires: a call that starts after the clock passed the
+	// expiry never gets an ID of the block.
+	var after atomic.Bool
+	stop := make(chan struct{})
+	bad := make(chan int64, 1)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				started := after.Load()
+				id, err := c.Next(context.Background())
+				if err != nil {
+					return
+				}
+				if started && blk.Contains(id) {
+					select {
+					case bad <- id:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	clk.Advance(600 * time.Millisecond) // 10s after the lease: expired
+	after.Store(true)
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	select {
+	case id := <-bad:
+		t.Fatalf("ID %d of the expired block %v served after expiry", id, blk)
+	default:
+	}
+	if st := c.Stats(); st.Discarded == 0 {
+		t.Fatalf("nothing counted as discarded: %+v", st)
+	}
+	eventually(t, "served + cached + discarded = leased", func() bool {
+		st := c.Stats()
+		var leased int64
+		for _, b := range fake.leased() {
+			leased += b.Size
+		}
+		return st.Refills == int64(len(fake.leased())) && st.Served+st.Cached+st.Discarded == leased
+	})
+	if id := mustNext(t, c); blk.Contains(id) {
+		t.Fatalf("ID %d from the expired block", id)
+	}
+}
+
+// TestExpiryDiscardCount: the exact count of IDs dropped at expiry, on one goroutine.
+func TestExpiryDiscardCount(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "ttl", BlockSize: 100, MaxBlockSize: 100, LeaseTTL: time.Minute})
+	fake.now = clk.Now
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: no run left on another processor
+	c := newClient(t, FromBackend(fake), "ttl", withClock(clk), withProcs(1))
+	for range 30 {
+		mustNext(t, c)
+	}
+	clk.Advance(time.Minute)
+	if st := c.Stats(); st.Discarded != 70 || st.Served != 30 {
+		t.Fatalf("after expiry: %+v, want 70 discarded and 30 served", st)
+	}
+	id := mustNext(t, c)
+	if id < 101 {
+		t.Fatalf("ID %d after expiry, want one of the second block", id)
+	}
+}
+
+// TestBlockArrivingExpiredIsRefused: a block whose expiry has passed when it lands (clocks that
+// disagree) is refused, not served.
+func TestBlockArrivingExpiredIsRefused(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "skew", BlockSize: 100, LeaseTTL: time.Second})
+	fake.now = func() time.Time { return clk.Now().Add(-time.Hour) } // the server's clock is an hour behind
+	c := newClient(t, FromBackend(fake), "skew", withClock(clk), WithMaxWait(50*time.Millisecond))
+	_, err := c.Next(context.Background())
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBadResponse) {
+		t.Fatalf("Next = %v, want ErrUnavailable wrapping ErrBadResponse", err)
+	}
+	if st := c.Stats(); st.Served != 0 || st.RefillErrors == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestFailedRefillsBackOff: failures are retried after min, 2×min, 4×min… (jitter pinned to half),
+// never sooner.
+func TestFailedRefillsBackOff(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "down"})
+	fake.err = fmt.Errorf("%w: both ticket servers down", allocator.ErrUnavailable)
+	c := newClient(t, FromBackend(fake), "down", withClock(clk), withJitter(0),
+		WithBackoff(100*time.Millisecond, 400*time.Millisecond), WithMaxWait(time.Millisecond))
+	eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
+	// Callers keep asking; none of them makes the client retry before its backoff has passed.
+	for _, step := range []struct {
+		advance time.Duration
+		calls   int
+	}{
+		{49 * time.Millisecond, 1}, {time.Millisecond, 2}, // wait 50ms (100ms jittered to half)
+		{99 * time.Millisecond, 2}, {time.Millisecond, 3}, // 100ms
+		{199 * time.Millisecond, 3}, {time.Millisecond, 4}, // 200ms (400ms, half)
+		{199 * time.Millisecond, 4}, {time.Millisecond, 5}, // capped at 400ms
+	} {
+		for range 3 {
+			if _, err := c.Next(context.Background()); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Next = %v, want ErrUnavailable", err)
+			}
+		}
+		clk.Advance(step.advance)
+		eventually(t, fmt.Sprintf("failure %d recorded", step.calls), func() bool { return c.Stats().RefillErrors >= int64(step.calls) })
+		time.Sleep(5 * time.Millisecond) // room for a wrong early retry to show
+		if got := fake.leaseCalls(); got != step.calls {
+			t.Fatalf("after advancing %s: %d lease calls, want %d", step.advance, got, step.calls)
+		}
+	}
+	if st := c.Stats(); st.RefillErrors != 5 || st.LastError == nil {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestBackoffJitter(t *testing.T) {
+	c := &Client{cfg: config{backoffMin: 100 * time.Millisecond, backoffMax: time.Second}}
+	for _, tc := range []struct {
+		failures int
+		jitter   float64
+		want     time.Duration
+	}{
+		{1, 0, 50 * time.Millisecond}, {1, 0.5, 75 * time.Millisecond}, {1, 0.999999, 100 * time.Millisecond},
+		{2, 0, 100 * time.Millisecond}, {3, 0, 200 * time.Millisecond}, {4, 0, 400 * time.Millisecond},
+		{5, 0, 500 * time.Millisecond}, {50, 0.999999, time.Second},
+	} {
+		c.failures = tc.failures
+		c.cfg.jitter = func() float64 { return tc.jitter }
+		if got := c.backoffLocked(); got.Round(time.Millisecond) != tc.want {
+			t.Errorf("failures %d jitter %v: wait %s, want %s", tc.failures, tc.jitter, got, tc.want)
+		}
+	}
+}
+
+// TestServesWhatIsLeftThenUnavailable: refills fail, the cached IDs are still served, then Next
+// returns ErrUnavailable by the context's deadline.
+func TestServesWhatIsLeftThenUnavailable(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
+	fake.free = 1
+	fake.gate = make(chan struct{}) // the second lease never lands
+	c := newClient(t, FromBackend(fake), "rest", WithRequestTimeout(20*time.Millisecond))
+	seen := map[int64]bool{}
+	for range 300 {
+		id := mustNext(t, c)
+		if seen[id] {
+			t.Fatalf("duplicate %d", id)
+		}
+		seen[id] = true
+	}
+	start := time.Now()
+	_, err := c.Next(ctxTimeout(t, 150*time.Millisecond))
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next on an empty cache with failing refills: %v, want ErrUnavailable and DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond || waited > 5*time.Second {
+		t.Fatalf("returned after %s, want about the context's 150ms", waited)
+	}
+	if st := c.Stats(); st.Served != 300 || st.Stalls != 1 || st.RefillErrors == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// WithMaxWait bounds a wait whose context has no deadline.
+	fake2 := newFake(allocator.Namespace{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
+	fake2.free, fake2.gate = 1, make(chan struct{})
+	c2 := newClient(t, FromBackend(fake2), "rest", WithMaxWait(30*time.Millisecond), WithRequestTimeout(20*time.Millisecond))
+	for range 300 {
+		mustNext(t, c2)
+	}
+	if _, err := c2.Next(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Next with WithMaxWait: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestPermanentErrorsReturnAtOnce: an unknown namespace is not worth waiting for.
+func TestPermanentErrorsReturnAtOnce(t *testing.T) {
+	fake := newFake()
+	c := newClient(t, FromBackend(fake), "missing")
+	start := time.Now()
+	_, err := c.Next(ctxTimeout(t, 30*time.Second))
+	if !errors.Is(err, allocator.ErrNotFound) {
+		t.Fatalf("Next = %v, want allocator.ErrNotFound", err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("waited %s for a permanent error", time.Since(start))
+	}
+	// Once the namespace exists, the retry (after backoff) succeeds.
+	if _, err := fake.CreateNamespace(context.Background(), allocator.Namespace{Name: "missing"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a refill after the namespace appears", func() bool {
+		_, err := c.Next(ctxTimeout(t, time.Second))
+		return err == nil
+	})
+}
+
+// TestAdaptiveBlockSize: the size follows rate × interval within the namespace's bounds, grows with
+// demand and shrinks when it drops.
+func TestAdaptiveBlockSize(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "adapt", BlockSize: 1000, MaxBlockSize: 200_000})
+	c := newClient(t, FromBackend(fake), "adapt", withClock(clk), withProcs(1))
+	buf := make([]int64, 1)
+	take := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := c.NextN(context.Background(), buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	take(1)
+	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.nsMax == 200_000 })
+	// 50,000 IDs in one (fake) second.
+	for range 50 {
+		clk.Advance(20 * time.Millisecond)
+		take(1000)
+	}
+	sizes := fake.requested()
+	if sizes[0] != 0 {
+		t.Fatalf("first lease asked for %d, want 0 (the namespace's block size)", sizes[0])
+	}
+	peak := int64(0)
+	for _, s := range sizes[1:] {
+		peak = max(peak, s)
+		if s < 1000 || s > 200_000 {
+			t.Fatalf("asked for %d, outside [1000, 200000]: %v", s, sizes)
+		}
+	}
+	if peak < 40_000 {
+		t.Fatalf("at 50k IDs/s the blocks stayed small: %v", sizes)
+	}
+}
+
+// TestRequestSizeFollowsDemand: rate × interval within the bounds; a rising rate is followed at once, a
+// falling one decays by half per refill; a lease TTL caps the block at half of what it would use.
+func TestRequestSizeFollowsDemand(t *testing.T) {
+	clk := newFakeClock()
+	c := &Client{cfg: config{clock: clk, refillInterval: time.Second}, nsBlock: 1000, nsMax: 200_000, refills: 1, rateAt: clk.Now()}
+	refill := func(perSecond int64) int64 {
+		clk.Advance(time.Second)
+		c.carvedTotal += perSecond
+		return c.requestSizeLocked()
+	}
+	if got := refill(50_000); got != 50_000 {
+		t.Fatalf("at 50k/s: %d, want 50000", got)
+	}
+	if got := refill(500_000); got != 200_000 {
+		t.Fatalf("at 500k/s: %d, want the maximum 200000", got)
+	}
+	var sizes []int64
+	for range 12 {
+		sizes = append(sizes, refill(100))
+	}
+	for i := 1; i < len(sizes); i++ {
+		if sizes[i] > sizes[i-1] {
+			t.Fatalf("sizes grew while demand stayed low: %v", sizes)
+		}
+	}
+	if last := sizes[len(sizes)-1]; last != 1000 {
+		t.Fatalf("at 100 IDs/s the blocks did not shrink to the minimum 1000: %v", sizes)
+	}
+	c.latency = 2 * time.Second // a refill slower than the interval: size for 4 latencies
+	if got := refill(10_000); got != 80_000 {
+		t.Fatalf("with 2s refills at 10k/s: %d, want 80000", got)
+	}
+	c.latency = 0
+	c.ttl = time.Second
+	if got := refill(30_000); got != 15_000 {
+		t.Fatalf("at 30k/s with a 1s TTL: %d, want 15000 (half a TTL's worth)", got)
+	}
+	c.ttl, c.lastLife = time.Hour, time.Second // a block carved from an older segment had 1s left
+	if got := refill(30_000); got != 15_000 {
+		t.Fatalf("at 30k/s with blocks that last 1s: %d, want 15000", got)
+	}
+	c.ttl, c.lastLife, c.rate = 0, 0, 0
+	c.cfg.minBlock, c.cfg.maxBlock = 5000, 7000
+	if got := refill(1); got != 5000 {
+		t.Fatalf("WithMinBlockSize(5000): %d", got)
+	}
+	if got := refill(1_000_000); got != 7000 {
+		t.Fatalf("WithMaxBlockSize(7000): %d", got)
+	}
+}
+
+// TestRefusedSizeLowersTheCap: a source that does not tell the namespace's maximum refuses a large
+// block with ErrInvalidSize; the client asks for less at once.
+func TestRefusedSizeLowersTheCap(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "cap", BlockSize: 100, MaxBlockSize: 3000})
+	fake.nsErr = errors.New("settings are for admins")
+	c := newClient(t, FromBackend(fake), "cap", withClock(clk), withProcs(1))
+	buf := make([]int64, 100)
+	for range 100 {
+		clk.Advance(time.Millisecond) // 100k IDs/s: wants 100k per block
+		if _, err := c.NextN(context.Background(), buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var big int
+	for _, b := range fake.leased() {
+		if b.Size > 3000 {
+			t.Fatalf("leased %v above the maximum", b)
+		}
+		if b.Size > 1000 {
+			big++
+		}
+	}
+	if big == 0 {
+		t.Fatalf("never grew past 1000: %v", fake.requested())
+	}
+}
+
+func TestLowWaterMark(t *testing.T) {
+	for _, tc := range []struct {
+		rate     float64
+		latency  time.Duration
+		lastSize int64
+		want     int64
+	}{
+		{0, 0, 1000, 200}, // 20% of the block at least
+		{1e6, 50 * time.Millisecond, 100_000, 110_000}, // rate × (2 × latency + 10ms)
+		{1e6, time.Millisecond, 100_000, 20_000},
+		{1e8, time.Millisecond, 1_000_000, 1_200_000}, // more than a block: refills back to back
+		{10, time.Second, 0, 21},
+		{0, 0, 0, 1},
+	} {
+		c := &Client{rate: tc.rate, latency: tc.latency, lastSize: tc.lastSize}
+		c.setLowWaterLocked()
+		if c.lowWater != tc.want {
+			t.Errorf("rate %v latency %s block %d: low-water %d, want %d", tc.rate, tc.latency, tc.lastSize, c.lowWater, tc.want)
+		}
+	}
+}
+
+// TestOverlappingBlockIsRefused: a source that hands out the same block twice (a restored ticket
+// database) does not make the client serve an ID twice.
+func TestOverlappingBlockIsRefused(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "dup", BlockSize: 100, MaxBlockSize: 100})
+	fake.repeat = true
+	c := newClient(t, FromBackend(fake), "dup", WithMaxWait(200*time.Millisecond), WithBackoff(time.Millisecond, 5*time.Millisecond))
+	seen := map[int64]bool{}
+	var err error
+	for range 200 {
+		var id int64
+		if id, err = c.Next(context.Background()); err != nil {
+			break
+		}
+		if seen[id] {
+			t.Fatalf("ID %d served twice", id)
+		}
+		seen[id] = true
+	}
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrOverlap) || len(seen) != 100 {
+		t.Fatalf("after %d IDs: %v, want ErrUnavailable wrapping ErrOverlap after 100", len(seen), err)
+	}
+}
+
+// TestCloseStopsEverything: Close twice is fine, waiting callers return ErrClosed, later calls too,
+// and the refill goroutine is gone (goleak in TestMain checks the whole package).
+func TestCloseStopsEverything(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "close", BlockSize: 10, MaxBlockSize: 10})
+	fake.gate, fake.free = make(chan struct{}), 1
+	c, err := New(FromBackend(fake), "close")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		mustNext(t, c)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := c.Next(context.Background())
+		waiting <- err
+	}()
+	eventually(t, "a waiting caller", func() bool { return c.Stats().Stalls == 1 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiting caller got %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := c.Next(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+	if n, err := c.NextN(context.Background(), make([]int64, 5)); n != 0 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("NextN after Close: %d, %v", n, err)
+	}
+}
+
+// TestCloseDropsCachedIDs: IDs cached at Close are not served to anyone after it, also not to a
+// goroutine that was in the middle of Next.
+func TestCloseDropsCachedIDs(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "drop", BlockSize: 1_000_000})
+	c, err := New(FromBackend(fake), "drop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustNext(t, c)
+	var wg sync.WaitGroup
+	var afterClose atomic.Int64
+	var closed atomic.Bool
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				was := closed.Load()
+				if _, err := c.Next(context.Background()); err != nil {
+					return
+				}
+				if was {
+					afterClose.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Millisecond)
+	c.Close()
+	closed.Store(true)
+	wg.Wait()
+	if n := afterClose.Load(); n != 0 {
+		t.Fatalf("%d IDs served by calls that started after Close", n)
+	}
+}
+
+func TestStatusErrorMapping(t *testing.T) {
+	for _, tc := range []struct {
+		status    int
+		code      string
+		is        error
+		retryable bool
+	}{
+		{400, api.CodeInvalidNamespace, allocator.ErrInvalidNamespace, false},
+		{400, api.CodeInvalidSize, allocator.ErrInvalidSize, false},
+		{400, api.CodeInvalidJSON, ErrBadRequest, false},
+		{400, api.CodeUnknownField, ErrBadRequest, false},
+		{401, api.CodeMissingToken, ErrUnauthorized, false},
+		{401, api.CodeInvalidToken, ErrUnauthorized, false},
+		{403, api.CodeForbidden, ErrForbidden, false},
+		{404, api.CodeNotFound, allocator.ErrNotFound, false},
+		{404, api.CodeRouteNotFound, ErrBadResponse, true}, // a wrong base URL: try the next one
+		{404, "", ErrBadResponse, true},
+		{409, api.CodeExists, allocator.ErrExists, false},
+		{409, api.CodeExhausted, allocator.ErrExhausted, false},
+		{413, api.CodeBodyTooLarge, ErrBadRequest, false},
+		{429, api.CodeRateLimited, ErrRateLimited, true},
+		{500, api.CodeMisconfigured, allocator.ErrMisconfigured, true},
+		{500, api.CodeInternal, allocator.ErrUnavailable, true},
+		{503, api.CodeUnavailable, allocator.ErrUnavailable, true},
+		{503, api.CodeShuttingDown, allocator.ErrUnavailable, true},
+		{502, "", allocator.ErrUnavailable, true},
+		{418, "", ErrBadResponse, true},
+	} {
+		resp := &http.Response{StatusCode: tc.status, Header: http.Header{"Retry-After": {"3"}}}
+		body := fmt.Sprintf(`{"error":{"code":%q,"message":"do this"}}`, tc.code)
+		err := error(statusError("http://x", resp, []byte(body), time.Now()))
+		if !errors.Is(err, tc.is) {
+			t.Errorf("%d %s: %v does not match %v", tc.status, tc.code, err, tc.is)
+		}
+		if retryable(err) != tc.retryable {
+			t.Errorf("%d %s: retryable = %v", tc.status, tc.code, !tc.retryable)
+		}
+		var se *StatusError
+		if !errors.As(err, &se) || se.RetryAfter != 3*time.Second || se.Message != "do this" || se.Status != tc.status {
+			t.Errorf("%d: %+v", tc.status, se)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"": 0, "0": 0, "5": 5 * time.Second, "-4": 0, "86400": time.Minute, "soon": 0,
+		now.Add(10 * time.Second).Format(http.TimeFormat):  10 * time.Second,
+		now.Add(-10 * time.Second).Format(http.TimeFormat): 0,
+	} {
+		if got := retryAfter(v, now); got != want {
+			t.Errorf("Retry-After %q = %s, want %s", v, got, want)
+		}
+	}
+}
+
+func TestClaimNeverPassesTheRun(t *testing.T) {
+	r := &run{size: 5, base: 10, step: 3}
+	dst := make([]int64, 3)
+	if n := claim(r, dst); n != 3 || dst[0] != 10 || dst[2] != 16 {
+		t.Fatalf("claim = %d %v", n, dst)
+	}
+	if n := claim(r, dst); n != 2 || dst[0] != 19 || dst[1] != 22 {
+		t.Fatalf("second claim = %d %v", n, dst)
+	}
+	if n := claim(r, dst); n != 0 {
+		t.Fatalf("claim from a used-up run = %d", n)
+	}
+	if n := claim(nil, dst); n != 0 {
+		t.Fatalf("claim(nil) = %d", n)
+	}
+	big := make([]int64, 1000)
+	r2 := &run{size: 2, base: 1, step: 1}
+	for range 1000 {
+		claim(r2, big)
+	}
+	if r2.next.Load() > 2+2 {
+		t.Fatalf("next grew to %d on a used-up run", r2.next.Load())
+	}
+}

@@ -1,0 +1,321 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+const (
+	e2eAdminToken = "admin-e2e-secret"
+	e2eNSToken    = "namespace-e2e-secret"
+)
+
+// preparePair migrates a fresh database on each server of the harness's MariaDB pair and creates the
+// namespace; it returns the DSNs.
+func preparePair(t *testing.T, ns allocator.Namespace) []string {
+	t.Helper()
+	dsns := testenv.Pair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := mysql.Open(ctx, mysql.Config{DSNs: dsns, Migrate: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("open the pair: %v", err)
+	}
+	defer p.Close()
+	if _, err := p.CreateNamespace(ctx, ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return dsns
+}
+
+// ticketdProc is a `ticketd serve` process.
+type ticketdProc struct {
+	url    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	mu     sync.Mutex
+	log    strings.Builder
+}
+
+// startTicketd runs `ticketd serve` on the pair, on a free loopback port, with an admin token and a
+// token for each namespace given, and waits until it is ready. It is killed when the test ends.
+func startTicketd(t *testing.T, dsns []string, namespaces ...string) *ticketdProc {
+	t.Helper()
+	if ticketdBin == "" {
+		t.Fatalf("no ticketd binary: %v", buildErr)
+	}
+	var tokens []string
+	for _, ns := range namespaces {
+		tokens = append(tokens, ns+"="+e2eNSToken)
+	}
+	p := &ticketdProc{exited: make(chan struct{})}
+	p.cmd = exec.Command(ticketdBin, "serve", "--listen", "127.0.0.1:0", "--mysql", testenv.DSNList(dsns))
+	// Tokens through the environment, as the docs advise; nothing else of ours leaks in.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TICKETD_") || strings.HasPrefix(kv, "TICKETD_TEST_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, "TICKETD_ADMIN_TOKEN="+e2eAdminToken, "TICKETD_TOKENS="+strings.Join(tokens, ","))
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.kill)
+	addr := make(chan string, 1)
+	go func() {
+		defer close(p.exited)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			if p.log.Len() < 1<<20 {
+				p.log.WriteString(line + "\n")
+			}
+			p.mu.Unlock()
+			var rec struct{ Msg, URL string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" && rec.URL != "" {
+				select {
+				case addr <- rec.URL:
+				default:
+				}
+			}
+		}
+		_ = p.cmd.Wait()
+	}()
+	select {
+	case p.url = <-addr:
+	case <-p.exited:
+		t.Fatalf("ticketd serve exited before listening:\n%s", p.logs())
+	case <-time.After(time.Minute):
+		t.Fatalf("ticketd serve did not listen within a minute:\n%s", p.logs())
+	}
+	eventually(t, "ticketd ready", func() bool {
+		resp, err := http.Get(p.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+func (p *ticketdProc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// kill ends the process at once (SIGKILL: no graceful shutdown) and waits for it.
+func (p *ticketdProc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// e2eLoad runs goroutines that take IDs from c until stop is closed or each has taken perG; every ID
+// goes into set. Even goroutines use Next, odd ones NextN with batches of 1 to 64.
+type e2eLoad struct {
+	served    atomic.Int64
+	odd, even atomic.Int64
+	wg        sync.WaitGroup
+	errs      chan error
+	stop      chan struct{}
+	stopOnce  sync.Once
+	set       *idSet
+	c         *Client
+	perG      int64 // 0: until stopped
+}
+
+func startLoad(c *Client, set *idSet, goroutines int, perG int64) *e2eLoad {
+	l := &e2eLoad{errs: make(chan error, goroutines), stop: make(chan struct{}), set: set, c: c, perG: perG}
+	for g := range goroutines {
+		l.wg.Add(1)
+		go l.run(g)
+	}
+	return l
+}
+
+func (l *e2eLoad) run(g int) {
+	defer l.wg.Done()
+	add := l.set.adder()
+	ctx := context.Background()
+	buf := make([]int64, 1+g%64)
+	var odd, even int64
+	defer func() { l.odd.Add(odd); l.even.Add(even) }()
+	record := func(id int64) {
+		add.add(id)
+		if id%2 == 1 {
+			odd++
+		} else {
+			even++
+		}
+	}
+	for taken := int64(0); l.perG == 0 || taken < l.perG; {
+		if taken%4096 == 0 {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+		}
+		if g%2 == 0 {
+			id, err := l.c.Next(ctx)
+			if err != nil {
+				l.errs <- fmt.Errorf("goroutine %d after %d IDs: %w", g, taken, err)
+				return
+			}
+			record(id)
+			taken++
+			l.served.Add(1)
+			continue
+		}
+		want := buf
+		if l.perG > 0 {
+			want = buf[:min(int64(len(buf)), l.perG-taken)]
+		}
+		n, err := l.c.NextN(ctx, want)
+		for _, id := range want[:n] {
+			record(id)
+		}
+		taken += int64(n)
+		l.served.Add(int64(n))
+		if err != nil {
+			l.errs <- fmt.Errorf("goroutine %d after %d IDs: %w", g, taken, err)
+			return
+		}
+	}
+}
+
+// halt tells the goroutines to stop.
+func (l *e2eLoad) halt() { l.stopOnce.Do(func() { close(l.stop) }) }
+
+// wait waits for the goroutines and fails the test on any caller's error.
+func (l *e2eLoad) wait(t *testing.T) {
+	t.Helper()
+	l.wg.Wait()
+	close(l.errs)
+	for err := range l.errs {
+		t.Fatal(err)
+	}
+}
+
+// TestE2EUniqueThroughTicketd: 64 goroutines × 1,000,000 IDs through a real ticketd on the MariaDB pair;
+// no ID twice, and both ticket servers (odd and even) took part.
+func TestE2EUniqueThroughTicketd(t *testing.T) {
+	dsns := preparePair(t, allocator.Namespace{Name: "e2e"})
+	td := startTicketd(t, dsns, "e2e")
+	c := newClient(t, HTTP(td.url), "e2e", WithToken(e2eNSToken))
+	const goroutines, perG = 64, 1_000_000
+	set := newIDSet()
+	start := time.Now()
+	l := startLoad(c, set, goroutines, perG)
+	l.wait(t)
+	took := time.Since(start)
+	set.check(t, goroutines*perG)
+	st := c.Stats()
+	if st.Served != goroutines*perG {
+		t.Fatalf("Stats().Served = %d, want %d", st.Served, goroutines*perG)
+	}
+	if l.odd.Load() == 0 || l.even.Load() == 0 {
+		t.Fatalf("odd IDs %d, even IDs %d: want both ticket servers used", l.odd.Load(), l.even.Load())
+	}
+	t.Logf("%d IDs in %s (%.1f M/s with the race detector); %d refills (latency %s), %d stalls; %d odd, %d even",
+		goroutines*perG, took.Round(time.Millisecond), float64(goroutines*perG)/took.Seconds()/1e6,
+		st.Refills, st.RefillLatency, st.Stalls, l.odd.Load(), l.even.Load())
+}
+
+// TestE2EFailoverAndBothDown: two ticketd replicas on one pair. Killing one mid-run does not stop the
+// IDs; killing the other too, the IDs still cached are served, then Next returns ErrUnavailable.
+func TestE2EFailoverAndBothDown(t *testing.T) {
+	dsns := preparePair(t, allocator.Namespace{Name: "fo", BlockSize: 1000, MaxBlockSize: 50_000})
+	a := startTicketd(t, dsns, "fo")
+	b := startTicketd(t, dsns, "fo")
+	c := newClient(t, HTTP(a.url, b.url), "fo", WithToken(e2eNSToken), WithRefillInterval(20*time.Millisecond),
+		WithBackoff(5*time.Millisecond, 100*time.Millisecond), WithRequestTimeout(2*time.Second))
+	set := newIDSet()
+	l := startLoad(c, set, 16, 0)
+	eventually(t, "leases through both replicas", func() bool {
+		st := c.Stats()
+		return st.Endpoints[0].Leases > 2 && st.Endpoints[1].Leases > 2
+	})
+	b.kill()
+	killedAt, refillsAt := l.served.Load(), c.Stats().Refills
+	eventually(t, "IDs and refills after one replica died", func() bool {
+		return l.served.Load() > killedAt+500_000 && c.Stats().Refills > refillsAt+10
+	})
+	l.halt()
+	l.wait(t) // any caller error fails here: one replica was up all along
+	st := c.Stats()
+	if st.Endpoints[1].Failures == 0 && st.Endpoints[1].LastError == "" {
+		t.Fatalf("the dead replica shows no failure: %+v", st.Endpoints)
+	}
+	t.Logf("%d IDs before the kill, %d in all; endpoints %+v", killedAt, l.served.Load(), st.Endpoints)
+
+	a.kill()
+	after, err := drain(c, set, time.Second)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("with both replicas gone: %v, want ErrUnavailable", err)
+	}
+	if after == 0 {
+		t.Fatalf("no cached ID served after both replicas died")
+	}
+	set.check(t, l.served.Load()+after)
+	if st := c.Stats(); st.Cached != 0 {
+		t.Fatalf("ErrUnavailable with %d IDs still cached", st.Cached)
+	}
+	t.Logf("%d cached IDs served after both died, then: %v", after, err)
+}
+
+// TestFromBackendOnThePair: the in-process source leases straight from the MariaDB pair; many
+// goroutines, no ID twice, both servers used.
+func TestFromBackendOnThePair(t *testing.T) {
+	dsns := testenv.Pair(t)
+	ctx := context.Background()
+	p, err := mysql.Open(ctx, mysql.Config{DSNs: dsns, Migrate: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "inproc", BlockSize: 500, MaxBlockSize: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, FromBackend(p), "inproc", WithRefillInterval(50*time.Millisecond))
+	const goroutines, perG = 64, 200_000
+	set := newIDSet()
+	l := startLoad(c, set, goroutines, perG)
+	l.wait(t)
+	set.check(t, goroutines*perG)
+	if l.odd.Load() == 0 || l.even.Load() == 0 {
+		t.Fatalf("odd %d, even %d: want both ticket servers used", l.odd.Load(), l.even.Load())
+	}
+	st := c.Stats()
+	t.Logf("%d IDs, %d refills, latency %s, %d stalls", st.Served, st.Refills, st.RefillLatency, st.Stalls)
+}

@@ -1,0 +1,432 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/api"
+)
+
+// HTTP is a Source that leases blocks from ticketd servers at the given base URLs, e.g.
+// "http://ticketd-a:8080". Leases go round-robin across the URLs; one that fails (no answer, 5xx, 429)
+// is skipped with exponential backoff while the others serve, and is tried again once its backoff has
+// passed or when no other answers. An error about the request itself (4xx) is returned at once, since
+// every server would give the same answer.
+func HTTP(urls ...string) Source { return httpSource{urls: slices.Clone(urls)} }
+
+type httpSource struct{ urls []string }
+
+// maxAnswer bounds the body read from a server.
+const maxAnswer = 64 << 10
+
+func (s httpSource) open(namespace string, cfg *config) (leaser, error) {
+	if len(s.urls) == 0 {
+		return nil, errors.New("client: HTTP() needs at least one ticketd base URL")
+	}
+	h := &httpLeaser{ns: namespace, token: cfg.token, timeout: cfg.requestTimeout, clock: cfg.clock,
+		backoffMin: cfg.backoffMin, backoffMax: cfg.backoffMax, jitter: cfg.jitter}
+	if strings.ContainsFunc(cfg.token, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
+		return nil, errors.New("client: WithToken: the token contains spaces or control characters")
+	}
+	seen := map[string]bool{}
+	for _, raw := range s.urls {
+		base, err := parseBase(raw)
+		if err != nil {
+			return nil, err
+		}
+		if seen[base] {
+			return nil, fmt.Errorf("client: URL %s is listed twice", base)
+		}
+		seen[base] = true
+		h.eps = append(h.eps, &endpoint{base: base})
+	}
+	h.hc = cfg.httpClient
+	if h.hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 4
+		h.hc, h.own = &http.Client{Transport: t}, true
+	}
+	return h, nil
+}
+
+// parseBase checks a ticketd base URL: http or https, a host, no query, fragment or credentials.
+func parseBase(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("client: ticketd URL %q: %w", raw, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("client: ticketd URL %q must start with http:// or https://", raw)
+	case u.Host == "":
+		return "", fmt.Errorf("client: ticketd URL %q has no host", raw)
+	case u.User != nil:
+		return "", fmt.Errorf("client: ticketd URL %s must not carry credentials; use WithToken", u.Redacted())
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", fmt.Errorf("client: ticketd URL %q must be a base URL, without query or fragment", raw)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Endpoint is the health of one ticketd URL as a Client sees it.
+type Endpoint struct {
+	URL string
+	// Healthy is false while the URL is skipped after a failure.
+	Healthy bool
+	// Failures counts consecutive failed requests; Leases successful ones in all.
+	Failures int
+	Leases   int64
+	// LastError is the last failure, empty once a request succeeds.
+	LastError string
+}
+
+type endpoint struct {
+	base string
+
+	mu       sync.Mutex
+	failures int
+	retryAt  time.Time
+	lastErr  string
+	leases   int64
+}
+
+type httpLeaser struct {
+	ns, token  string
+	eps        []*endpoint
+	hc         *http.Client
+	own        bool
+	timeout    time.Duration
+	clock      clock
+	backoffMin time.Duration
+	backoffMax time.Duration
+	jitter     func() float64
+	next       atomic.Uint64
+}
+
+// order returns the endpoints to try: the usable ones in round-robin order, then the ones in backoff,
+// soonest first.
+func (h *httpLeaser) order() []*endpoint {
+	now := h.clock.Now()
+	n := len(h.eps)
+	start := int(h.next.Add(1) % uint64(n))
+	var up, down []*endpoint
+	retryAt := map[*endpoint]time.Time{}
+	for i := range n {
+		ep := h.eps[(start+i)%n]
+		ep.mu.Lock()
+		at := ep.retryAt
+		ep.mu.Unlock()
+		if now.Before(at) {
+			down = append(down, ep)
+			retryAt[ep] = at
+		} else {
+			up = append(up, ep)
+		}
+	}
+	slices.SortStableFunc(down, func(a, b *endpoint) int { return retryAt[a].Compare(retryAt[b]) })
+	return append(up, down...)
+}
+
+func (h *httpLeaser) lease(ctx context.Context, size int64) (allocator.Block, error) {
+	var errs []error
+	for _, ep := range h.order() {
+		blk, err := h.leaseFrom(ctx, ep, size)
+		if err == nil {
+			ep.up()
+			return blk, nil
+		}
+		if ctx.Err() != nil {
+			return allocator.Block{}, err
+		}
+		if !retryable(err) {
+			return allocator.Block{}, err
+		}
+		ep.down(h.clock.Now(), err, h.wait(ep))
+		errs = append(errs, err)
+	}
+	return allocator.Block{}, fmt.Errorf("%w: every ticketd URL failed: %w", allocator.ErrUnavailable, errors.Join(errs...))
+}
+
+// wait is how long ep is skipped after its next failure.
+func (h *httpLeaser) wait(ep *endpoint) time.Duration {
+	ep.mu.Lock()
+	f := ep.failures
+	ep.mu.Unlock()
+	d := h.backoffMin
+	for i := 0; i < f && d < h.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, h.backoffMax)
+	return d/2 + time.Duration(h.jitter()*float64(d/2))
+}
+
+func (ep *endpoint) up() {
+	ep.mu.Lock()
+	ep.failures, ep.retryAt, ep.lastErr = 0, time.Time{}, ""
+	ep.leases++
+	ep.mu.Unlock()
+}
+
+func (ep *endpoint) down(now time.Time, err error, wait time.Duration) {
+	var se *StatusError
+	if errors.As(err, &se) && se.RetryAfter > wait {
+		wait = se.RetryAfter
+	}
+	ep.mu.Lock()
+	ep.failures++
+	ep.retryAt = now.Add(wait)
+	ep.lastErr = err.Error()
+	ep.mu.Unlock()
+}
+
+func (h *httpLeaser) endpoints() []Endpoint {
+	now := h.clock.Now()
+	out := make([]Endpoint, len(h.eps))
+	for i, ep := range h.eps {
+		ep.mu.Lock()
+		out[i] = Endpoint{URL: ep.base, Healthy: ep.failures == 0 || !now.Before(ep.retryAt),
+			Failures: ep.failures, Leases: ep.leases, LastError: ep.lastErr}
+		ep.mu.Unlock()
+	}
+	return out
+}
+
+func (h *httpLeaser) close() {
+	if h.own {
+		h.hc.CloseIdleConnections()
+	}
+}
+
+// do sends one request to ep and reads the answer, at most maxAnswer bytes; an answer other than 200
+// is returned as a *StatusError.
+func (h *httpLeaser) do(ctx context.Context, ep *endpoint, method, path string, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, ep.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "ticketd-go-client")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ep.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the answer: %w", ep.base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, statusError(ep.base, resp, data, h.clock.Now())
+	}
+	return data, nil
+}
+
+func (h *httpLeaser) leaseFrom(ctx context.Context, ep *endpoint, size int64) (allocator.Block, error) {
+	req := api.BlockRequest{}
+	if size > 0 {
+		req.Size = &size
+	}
+	body, _ := json.Marshal(req)
+	data, err := h.do(ctx, ep, http.MethodPost, "/v1/namespaces/"+h.ns+"/blocks", body)
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	var wb api.Block
+	if err := json.Unmarshal(data, &wb); err != nil {
+		return allocator.Block{}, fmt.Errorf("%w: %s: block is not JSON: %w", ErrBadResponse, ep.base, err)
+	}
+	blk, err := wb.ToBlock()
+	if err != nil {
+		return allocator.Block{}, fmt.Errorf("%w: %s: %w", ErrBadResponse, ep.base, err)
+	}
+	if blk.Namespace != h.ns {
+		return allocator.Block{}, fmt.Errorf("%w: %s: asked for a block of %s, got one of %q", ErrBadResponse, ep.base, h.ns, blk.Namespace)
+	}
+	return blk, nil
+}
+
+func (h *httpLeaser) settings(ctx context.Context) (allocator.Namespace, error) {
+	var errs []error
+	for _, ep := range h.order() {
+		data, err := h.do(ctx, ep, http.MethodGet, "/v1/namespaces/"+h.ns, nil)
+		if err != nil {
+			errs = append(errs, err)
+			if retryable(err) {
+				continue
+			}
+			break
+		}
+		var wn api.Namespace
+		if err := json.Unmarshal(data, &wn); err != nil {
+			return allocator.Namespace{}, fmt.Errorf("%w: %s: namespace is not JSON: %w", ErrBadResponse, ep.base, err)
+		}
+		ns := allocator.Namespace{Name: wn.Name, BlockSize: wn.BlockSize, MaxBlockSize: wn.MaxBlockSize}
+		if wn.LeaseTTL != "" {
+			ttl, err := time.ParseDuration(wn.LeaseTTL)
+			if err != nil || ttl < 0 {
+				return allocator.Namespace{}, fmt.Errorf("%w: %s: lease_ttl %q", ErrBadResponse, ep.base, wn.LeaseTTL)
+			}
+			ns.LeaseTTL = ttl
+		}
+		return ns, nil
+	}
+	return allocator.Namespace{}, errors.Join(errs...)
+}
+
+// StatusError is an answer other than 200 from a ticketd server. It unwraps to the sentinel error of
+// its code (see package api), or of its status when the code is not one of ticketd's, for errors.Is:
+//
+//	400 invalid_namespace                 allocator.ErrInvalidNamespace
+//	400 invalid_size                      allocator.ErrInvalidSize
+//	400, 413 otherwise                    ErrBadRequest
+//	401 missing_token, invalid_token      ErrUnauthorized
+//	403 forbidden                         ErrForbidden
+//	404 namespace_not_found               allocator.ErrNotFound
+//	409 namespace_exists                  allocator.ErrExists
+//	409 id_space_exhausted                allocator.ErrExhausted
+//	429 rate_limited                      ErrRateLimited
+//	500 misconfigured                     allocator.ErrMisconfigured
+//	503 and other 5xx                     allocator.ErrUnavailable
+//	anything else (a proxy, a wrong URL)  ErrBadResponse
+type StatusError struct {
+	// URL is the base URL of the server that answered.
+	URL string
+	// Status is the HTTP status; Code and Message come from the {"error":{...}} body, when it has one.
+	Status        int
+	Code, Message string
+	// RetryAfter is the server's Retry-After, zero when it sent none.
+	RetryAfter time.Duration
+	err        error
+}
+
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("%s answered %d", e.URL, e.Status)
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel error of the status (see StatusError).
+func (e *StatusError) Unwrap() error { return e.err }
+
+func statusError(base string, resp *http.Response, body []byte, now time.Time) *StatusError {
+	e := &StatusError{URL: base, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now)}
+	var wire api.Error
+	if json.Unmarshal(body, &wire) == nil && (wire.Error.Code != "" || wire.Error.Message != "") {
+		e.Code, e.Message = clip(wire.Error.Code, 64), clip(wire.Error.Message, 300)
+	} else if len(body) > 0 {
+		e.Message = clip(string(body), 300)
+	}
+	e.err = sentinelFor(e.Status, e.Code)
+	return e
+}
+
+// byCode maps ticketd's error codes back to the sentinel errors the server mapped to them.
+var byCode = map[string]error{
+	api.CodeInvalidNamespace: allocator.ErrInvalidNamespace,
+	api.CodeInvalidSize:      allocator.ErrInvalidSize,
+	api.CodeMissingToken:     ErrUnauthorized,
+	api.CodeInvalidToken:     ErrUnauthorized,
+	api.CodeForbidden:        ErrForbidden,
+	api.CodeNotFound:         allocator.ErrNotFound,
+	api.CodeExists:           allocator.ErrExists,
+	api.CodeExhausted:        allocator.ErrExhausted,
+	api.CodeRateLimited:      ErrRateLimited,
+	api.CodeMisconfigured:    allocator.ErrMisconfigured,
+	api.CodeUnavailable:      allocator.ErrUnavailable,
+	api.CodeShuttingDown:     allocator.ErrUnavailable,
+}
+
+// sentinelFor maps an error answer back to a sentinel error: by ticketd's code, else by status.
+func sentinelFor(status int, code string) error {
+	if err, ok := byCode[code]; ok {
+		return err
+	}
+	switch {
+	case status == http.StatusBadRequest, status == http.StatusRequestEntityTooLarge:
+		return ErrBadRequest
+	case status == http.StatusUnauthorized:
+		return ErrUnauthorized
+	case status == http.StatusForbidden:
+		return ErrForbidden
+	case status == http.StatusTooManyRequests:
+		return ErrRateLimited
+	case status >= 500:
+		return allocator.ErrUnavailable
+	}
+	return ErrBadResponse // e.g. 404 route_not_found: this URL is not a ticketd API v1
+}
+
+// retryable reports whether another server, or the same one later, may answer differently.
+func retryable(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) {
+		return true // no answer, or an unusable one
+	}
+	return se.Status >= 500 || se.Status == http.StatusTooManyRequests || se.Status == http.StatusRequestTimeout ||
+		errors.Is(se.err, ErrBadResponse)
+}
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date), capped at a minute.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+		d = time.Duration(max(secs, 0)) * time.Second
+		if secs > 60 {
+			d = time.Minute
+		}
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return max(0, min(d, time.Minute))
+}
+
+// clip shortens s to n bytes, on a rune boundary, and replaces control characters.
+func clip(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		s += "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// A Source is where a Client leases its blocks: HTTP for ticketd servers over the network, FromBackend
+// for a backend in the same process.
+type Source interface {
+	open(namespace string, cfg *config) (leaser, error)
+}
+
+// leaser is an opened Source, used by one Client's refill goroutine (and Stats).
+type leaser interface {
+	// lease takes a block of size IDs (0: the namespace's block size).
+	lease(ctx context.Context, size int64) (allocator.Block, error)
+	// settings returns the namespace's settings, when the source can tell.
+	settings(ctx context.Context) (allocator.Namespace, error)
+	// endpoints describes each URL's health; nil for in-process sources.
+	endpoints() []Endpoint
+	close()
+}
+
+// FromBackend is a Source that leases from a backend in the caller's process (the MySQL pair, the
+// embedded store), with no HTTP hop. The Client does not close the backend.
+func FromBackend(b allocator.Backend) Source { return backendSource{b} }
+
+type backendSource struct{ b allocator.Backend }
+
+func (s backendSource) open(namespace string, cfg *config) (leaser, error) {
+	if s.b == nil {
+		return nil, errors.New("client: FromBackend(nil): a backend is required")
+	}
+	return &backendLeaser{b: s.b, ns: namespace, timeout: cfg.requestTimeout}, nil
+}
+
+type backendLeaser struct {
+	b       allocator.Backend
+	ns      string
+	timeout time.Duration
+}
+
+func (l *backendLeaser) lease(ctx context.Context, size int64) (allocator.Block, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	blk, err := l.b.Lease(ctx, l.ns, size)
+	if err != nil {
+		return allocator.Block{}, fmt.Errorf("lease %d from %s: %w", size, l.ns, err)
+	}
+	return blk, nil
+}
+
+func (l *backendLeaser) settings(ctx context.Context) (allocator.Namespace, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	return l.b.Namespace(ctx, l.ns)
+}
+
+func (l *backendLeaser) endpoints() []Endpoint { return nil }
+
+func (l *backendLeaser) close() {}
