@@ -20,3 +20,8 @@ go test -race -count=1 -timeout 45m "$@" ./...
 if (($# == 0)); then
   scripts/fuzz.sh "${TICKETD_FUZZTIME:-10s}"
 fi
+# The chaos run, short form: ≥1M IDs through two replicas while servers are killed and the network
+# misbehaves; it exits non-zero on any duplicate or parity violation.
+if (($# == 0)); then
+  go run ./cmd/ticketd chaos --duration "${TICKETD_CHAOS_DURATION:-60s}" --min-ids 1000000
+fi

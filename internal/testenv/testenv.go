@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/internal/testservers"
 )
@@ -54,6 +55,32 @@ func RedisAddr(t testing.TB) string {
 		missing(t, "TICKETD_TEST_REDIS (the throwaway Redis)")
 	}
 	return r
+}
+
+// RedisPrefix returns a key prefix of the test's own on the harness's Redis: name, a random part and a
+// colon. Every key under it is deleted when the test ends.
+func RedisPrefix(t testing.TB, name string) string {
+	t.Helper()
+	addr := RedisAddr(t)
+	prefix := UniqueName(name) + ":"
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var batch []string
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if batch = append(batch, iter.Val()); len(batch) == 1000 {
+				c.Unlink(ctx, batch...)
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			c.Unlink(ctx, batch...)
+		}
+	})
+	return prefix
 }
 
 // UniqueName returns a short random name with the prefix, usable as a database name or key prefix.
@@ -125,6 +152,13 @@ func Exec(t testing.TB, dsn string, stmts ...string) {
 			t.Fatalf("%s on %s: %v", s, dsn, err)
 		}
 	}
+}
+
+// RequireMariaDB fails (or skips, outside the harness) a test that starts MariaDB servers of its own
+// when the binaries are missing.
+func RequireMariaDB(t testing.TB) {
+	t.Helper()
+	haveMariaDB(t)
 }
 
 func haveMariaDB(t testing.TB) {

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/chaos"
+)
+
+func init() {
+	register(commandInfo{name: "chaos",
+		summary: "Draw IDs through two ticketd replicas while faults run, and check that none is issued twice. " +
+			"64 SDK clients by default; faults: a MariaDB SIGKILLed and restarted, 200 ms latency, replies lost after the UPDATE committed, connection resets (toxiproxy, in-process, loopback), a replica restarted. " +
+			"Starts a throwaway MariaDB pair unless --mysql is given. The last line of output is a JSON summary; the exit status is 1 when any ID was issued twice, broke parity, or too few were drawn.",
+		new: func() command { return &chaosCmd{} }})
+}
+
+type chaosCmd struct {
+	mysql, killCmd, startCmd, dir string
+	duration                      time.Duration
+	clients                       int
+	minIDs                        int64
+	rate                          float64
+}
+
+func (c *chaosCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.mysql, "mysql", "", "the pair's two DSNs, odd server first, when the run should not start its own")
+	fs.StringVar(&c.killCmd, "kill-cmd", "", "with --mysql: shell command that kills server $CHAOS_SERVER (a or b)")
+	fs.StringVar(&c.startCmd, "start-cmd", "", "with --mysql: shell command that starts server $CHAOS_SERVER again")
+	fs.StringVar(&c.dir, "dir", "", "directory for the throwaway servers (default: a new temporary one)")
+	fs.DurationVar(&c.duration, "duration", 60*time.Second, "how long the clients draw IDs")
+	fs.IntVar(&c.clients, "clients", 64, "SDK clients, each with its own cache")
+	fs.Var(int64Flag{&c.minIDs, 1, math.MaxInt32}, "min-ids", "IDs the run must draw (default 1000000)")
+	fs.Float64Var(&c.rate, "rate", 0, "IDs per second, all clients together (0: 1.5 × min-ids / duration)")
+}
+
+func (c *chaosCmd) run(ctx context.Context, m *Main, args []string) error {
+	if len(args) != 0 {
+		return usagef("chaos takes no arguments")
+	}
+	switch {
+	case c.duration < time.Second || c.duration > 24*time.Hour:
+		return usagef("--duration %s must be between 1s and 24h", c.duration)
+	case c.clients < 1 || c.clients > 4096:
+		return usagef("--clients %d must be between 1 and 4096", c.clients)
+	case c.rate < 0:
+		return usagef("--rate must not be negative")
+	case (c.killCmd != "" || c.startCmd != "") && c.mysql == "":
+		return usagef("--kill-cmd and --start-cmd are for servers given with --mysql")
+	case (c.killCmd == "") != (c.startCmd == ""):
+		return usagef("give both --kill-cmd and --start-cmd, or neither")
+	}
+	if c.minIDs == 0 {
+		c.minIDs = 1_000_000
+	}
+	var dsns []string
+	for _, d := range strings.Split(c.mysql, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			dsns = append(dsns, d)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	mysql.RouteDriverLogs(log)
+	sum, err := chaos.Run(ctx, chaos.Config{MySQL: dsns, KillCmd: c.killCmd, StartCmd: c.startCmd, Dir: c.dir,
+		Duration: c.duration, Clients: c.clients, MinIDs: c.minIDs, Rate: c.rate, Logger: log})
+	if err != nil {
+		return err
+	}
+	line, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(m.Stdout, string(line))
+	if err := sum.OK(c.minIDs); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	return nil
+}
