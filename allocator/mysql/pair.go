@@ -827,3 +827,14 @@ func build(cfg Config) (*Pair, error) {
 	}
 	return p, nil
 }
+
+// RouteDriverLogs sends go-sql-driver's own log lines (dropped connections and the like, which the pair
+// already reports as server health) to l at debug level instead of stderr. The driver keeps one logger
+// per process, so a program calls this, never a library.
+func RouteDriverLogs(l *slog.Logger) { _ = mysql.SetLogger(driverLog{l}) }
+
+type driverLog struct{ l *slog.Logger }
+
+func (d driverLog) Print(v ...any) {
+	d.l.Debug(strings.TrimSpace(fmt.Sprint(v...)), "source", "go-sql-driver")
+}

@@ -143,6 +143,7 @@ func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, o
 	var be allocator.Backend
 	switch b.kind() {
 	case "mysql":
+		mysql.RouteDriverLogs(logger)
 		p, err := mysql.Open(ctx, b.mysqlConfig(logger, obs))
 		if err != nil {
 			return nil, err
