@@ -1,0 +1,187 @@
+// Command shortener is a URL shortener that takes its link IDs from ticketd over HTTP and keeps its
+// links in Redis. The service itself is package shortener; this file reads the flags, connects, serves,
+// and shuts down cleanly on SIGINT or SIGTERM.
+//
+//	go run ./examples/shortener --listen 127.0.0.1:8081 --ticketd http://127.0.0.1:8080 \
+//	    --token TOKEN --redis 127.0.0.1:6379
+//
+// Every flag falls back to an environment variable: --token to SHORTENER_TOKEN, --base-url to
+// SHORTENER_BASE_URL, and so on (prefer the variable for the token: the command line is visible to
+// other users of the machine).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/examples/shortener/shortener"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "shortener:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command's flags.
+type options struct {
+	listen, ticketd, token, namespace string
+	redis, keyPrefix, baseURL         string
+	scramble                          bool
+	scrambleKey                       string
+	shutdownTimeout                   time.Duration
+	logLevel                          string
+}
+
+// parseFlags reads args, then the SHORTENER_* variable of each flag not given on the command line.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("shortener", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8081", "`ADDRESS` to listen on")
+	fs.StringVar(&o.ticketd, "ticketd", "http://127.0.0.1:8080", "ticketd base `URL`s, comma-separated")
+	fs.StringVar(&o.token, "token", "", "ticketd bearer `TOKEN` of the namespace; prefer the environment variable to the command line")
+	fs.StringVar(&o.namespace, "namespace", "links", "ticketd `NAMESPACE` of the link IDs")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis `ADDRESS` (host:port or redis://[user:password@]host:port/db)")
+	fs.StringVar(&o.keyPrefix, "key-prefix", shortener.DefaultKeyPrefix, "`PREFIX` of every Redis key")
+	fs.StringVar(&o.baseURL, "base-url", "", "`URL` that short URLs start with (default: the scheme and host of each request)")
+	fs.BoolVar(&o.scramble, "scramble", true, "scramble IDs into codes, so that consecutive links do not get consecutive codes")
+	fs.StringVar(&o.scrambleKey, "scramble-key", "", "secret `KEY` of the scramble (default: a built-in, public key); never change it once links exist")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envName(f.Name) + "]" })
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envName(f.Name)
+		if v := getenv(env); v != "" && !given[f.Name] && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("$%s: %v", env, e)
+			}
+		}
+	})
+	return o, err
+}
+
+// envName is the environment variable of a flag: --base-url reads SHORTENER_BASE_URL.
+func envName(flag string) string {
+	return "SHORTENER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// open connects to ticketd and Redis and returns the service and a function that disconnects.
+func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Service, func(), error) {
+	ropt, err := redisOptions(o.redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb := goredis.NewClient(ropt)
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pingCtx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", ropt.Addr, err)
+	}
+	// The client leases a block of IDs in the background and serves links from it; a link waits for
+	// ticketd only when the block runs dry before the next one arrives.
+	ids, err := client.New(client.HTTP(strings.Split(o.ticketd, ",")...), o.namespace, client.WithToken(o.token))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	svc, err := shortener.New(shortener.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL,
+		NoScramble: !o.scramble, ScrambleKey: o.scrambleKey, Logger: logger})
+	if err != nil {
+		_ = ids.Close()
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return svc, func() { _ = ids.Close(); _ = rdb.Close() }, nil
+}
+
+func redisOptions(addr string) (*goredis.Options, error) {
+	if strings.Contains(addr, "://") {
+		o, err := goredis.ParseURL(addr)
+		if err != nil { // not wrapped: the error would quote the URL, password included
+			return nil, errors.New("--redis: not a valid redis:// or rediss:// URL")
+		}
+		return o, nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("--redis %q must be host:port or a redis:// URL", addr)
+	}
+	return &goredis.Options{Addr: addr}, nil
+}
+
+// run serves until ctx ends, then lets the requests in flight finish.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	o, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q must be debug, info, warn or error", o.logLevel)
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.scramble && o.scrambleKey == "" {
+		logger.Info("codes are scrambled with the built-in key, which anyone can read; set --scramble-key to keep the number of links private")
+	}
+	svc, disconnect, err := open(ctx, o, logger)
+	if err != nil {
+		return err
+	}
+	defer disconnect()
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String(), "ticketd", o.ticketd, "namespace", o.namespace,
+		"key_prefix", o.keyPrefix, "scramble", o.scramble)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "timeout", o.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	st := svc.Stats()
+	logger.Info("stopped", "links_created", st.Created, "redirects", st.Redirects, "refused", st.Refused,
+		"failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
+	return err
+}

@@ -1,0 +1,466 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/examples/shortener/shortener"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+// ticketdBin is the ticketd binary that TestMain builds, so that the end-to-end test runs `ticketd
+// serve` as a real process, the way the shortener meets it in production.
+var ticketdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shortener-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ticketdBin = filepath.Join(dir, "ticketd")
+	if out, err := exec.Command("go", "build", "-o", ticketdBin, "github.com/ticketd/ticketd/cmd/ticketd").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end test: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	adminToken = "e2e-admin-token-0123456789"
+	linksToken = "e2e-links-token-0123456789"
+)
+
+// logTap reads a process's JSON log: it keeps the lines, and sends the addr of the "listening" line
+// on addr. The log may be read once the writer is closed.
+type logTap struct {
+	w    *io.PipeWriter
+	addr chan string
+	done chan struct{}
+	log  bytes.Buffer // written by the tap's goroutine until done is closed
+}
+
+func newLogTap() *logTap {
+	pr, pw := io.Pipe()
+	l := &logTap{w: pw, addr: make(chan string, 1), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			l.log.Write(append(sc.Bytes(), '\n'))
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				l.addr <- line.Addr
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	return l
+}
+
+// String waits for the writer to be closed and returns the log.
+func (l *logTap) String() string {
+	<-l.done
+	return l.log.String()
+}
+
+// startTicketd migrates the harness pair's fresh databases, runs `ticketd serve` on them with an admin
+// token and a token for namespace links, and creates links with blockSize. It returns the base URL and
+// a function that kills the process.
+func startTicketd(t *testing.T, blockSize int) (string, func()) {
+	t.Helper()
+	env := append(os.Environ(), "TICKETD_MYSQL="+testenv.DSNList(testenv.Pair(t)),
+		"TICKETD_ADMIN_TOKEN="+adminToken, "TICKETD_TOKENS=links="+linksToken)
+	migrate := exec.Command(ticketdBin, "migrate")
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("ticketd migrate: %v\n%s", err, out)
+	}
+	cmd := exec.Command(ticketdBin, "serve", "--listen", "127.0.0.1:0")
+	cmd.Env = env
+	log := newLogTap()
+	cmd.Stderr = log.w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.w.Close(); close(exited) }()
+	kill := func() { _ = cmd.Process.Signal(syscall.SIGKILL); <-exited }
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("ticketd serve log:\n%s", log)
+		}
+	})
+	var base string
+	select { // on failure, the cleanup shows the log
+	case a := <-log.addr:
+		base = "http://" + a
+	case <-exited:
+		t.Fatal("ticketd serve exited at start")
+	case <-time.After(60 * time.Second):
+		t.Fatal("ticketd serve did not listen within 60s")
+	}
+	req, _ := http.NewRequest("PUT", base+"/v1/namespaces/links", strings.NewReader(fmt.Sprintf(`{"block_size":%d}`, blockSize)))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create namespace links: %d %s", resp.StatusCode, body)
+	}
+	return base, kill
+}
+
+// e2eClient does not follow redirects: the test looks at them.
+var e2eClient = &http.Client{Timeout: 30 * time.Second,
+	Transport:     &http.Transport{MaxIdleConnsPerHost: 64},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func call(method, url, body string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := e2eClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// link is what the test knows of a link it created.
+type link struct {
+	url, code, shortURL string
+	id                  int64
+}
+
+func createLink(base, url string) (link, error) {
+	resp, body, err := call("POST", base+"/api/links", fmt.Sprintf(`{"url":%q}`, url))
+	if err != nil {
+		return link{}, err
+	}
+	var l struct {
+		Code     string `json:"code"`
+		ShortURL string `json:"short_url"`
+		ID       string `json:"id"`
+		URL      string `json:"url"`
+	}
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &l) != nil {
+		return link{}, fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, body)
+	}
+	id, err := api.ParseID(l.ID)
+	if err != nil || l.URL != url {
+		return link{}, fmt.Errorf("POST %s: %s", url, body)
+	}
+	return link{url: url, code: l.Code, shortURL: l.ShortURL, id: id}, nil
+}
+
+// parallel runs fn(i) for i in [0, n) on workers goroutines and returns the first error.
+func parallel(workers, n int, fn func(i int) error) error {
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// TestEndToEnd: ticketd serve on the MariaDB pair, the shortener on the harness's Redis with IDs from
+// that ticketd over HTTP, and 10,000 links created by 32 concurrent clients. Every code is unique and
+// decodes to its link's ID, every code redirects to its URL and counts its hits, and the shortener
+// leased far fewer blocks than it created links.
+func TestEndToEnd(t *testing.T) {
+	redisAddr := testenv.RedisAddr(t)
+	ticketd, killTicketd := startTicketd(t, 100)
+	prefix := testenv.RedisPrefix(t, "shortener-e2e-")
+	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr})
+	defer rdb.Close()
+
+	opts := options{ticketd: ticketd, token: linksToken, namespace: "links", redis: redisAddr, keyPrefix: prefix, scramble: true}
+	svc, disconnect, err := open(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disconnect()
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+
+	const links, clients = 10_000, 32
+	made := make([]link, links)
+	err = parallel(clients, links, func(i int) error {
+		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/e2e/%d?q=%d", i, i*7))
+		made[i] = l
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	codec := shortener.NewCodec(shortener.DefaultScrambleKey)
+	codes, ids := map[string]int{}, map[int64]int{}
+	for i, l := range made {
+		if j, dup := codes[l.code]; dup {
+			t.Fatalf("links %d and %d share the code %s", j, i, l.code)
+		}
+		if j, dup := ids[l.id]; dup {
+			t.Fatalf("links %d and %d share the ID %d", j, i, l.id)
+		}
+		codes[l.code], ids[l.id] = i, i
+		if id, err := codec.Decode(l.code); err != nil || id != l.id {
+			t.Fatalf("link %d: code %s decodes to %d, %v; its ID is %d", i, l.code, id, err, l.id)
+		}
+		if l.shortURL != srv.URL+"/"+l.code {
+			t.Fatalf("link %d: short_url %s", i, l.shortURL)
+		}
+	}
+
+	// Link i is visited 1 + i%2 times.
+	hits := func(i int) int { return 1 + i%2 }
+	err = parallel(clients, links, func(i int) error {
+		for range hits(i) {
+			resp, body, err := call("GET", made[i].shortURL, "")
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != made[i].url {
+				return fmt.Errorf("GET %s: %d Location %q %s, want 301 to %s", made[i].shortURL, resp.StatusCode, resp.Header.Get("Location"), body, made[i].url)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	totalHits := 0
+	err = parallel(clients, links, func(i int) error {
+		resp, body, err := call("GET", srv.URL+"/api/links/"+made[i].code, "")
+		if err != nil {
+			return err
+		}
+		var got struct {
+			ID, URL string
+			Hits    int
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil ||
+			got.ID != fmt.Sprint(made[i].id) || got.URL != made[i].url || got.Hits != hits(i) {
+			return fmt.Errorf("GET /api/links/%s: %d %s; want id %d, url %s, %d hits", made[i].code, resp.StatusCode, body, made[i].id, made[i].url, hits(i))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range links {
+		totalHits += hits(i)
+	}
+
+	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	if err != nil || len(keys) != links {
+		t.Fatalf("%d keys under %s (%v), want %d", len(keys), prefix, err, links)
+	}
+	st := svc.Stats()
+	t.Logf("%d links, %d redirects: %d blocks leased from ticketd (%.2f per 1,000 links; last block %d IDs), %d stalls",
+		st.Created, st.Redirects, st.IDs.Refills, st.BlocksPer1000Links(), st.IDs.BlockSize, st.IDs.Stalls)
+	if st.Created != links || st.Redirects != int64(totalHits) || st.Failed != 0 || st.Refused != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Far fewer blocks than links: the namespace's block is 100 IDs, so even without the SDK's growing
+	// blocks there would be at most 100; one block per link would be 10,000.
+	if st.IDs.Refills < 2 || st.IDs.Refills > links/50 {
+		t.Fatalf("%d blocks leased for %d links; want between 2 and %d", st.IDs.Refills, links, links/50)
+	}
+	if st.IDs.RefillErrors != 0 {
+		t.Errorf("%d failed refills (last: %v)", st.IDs.RefillErrors, st.IDs.LastError)
+	}
+
+	t.Run("command", func(t *testing.T) { testCommand(t, ticketd, redisAddr) })
+
+	// With ticketd gone, links are still created from the IDs the client holds.
+	killTicketd()
+	cached := svc.Stats().IDs.Cached
+	if cached < 1 {
+		t.Fatalf("the client holds no IDs after the run: %+v", svc.Stats().IDs)
+	}
+	for i := range min(cached, 100) {
+		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/after/%d", i))
+		if err != nil {
+			t.Fatalf("link %d of the %d IDs cached, with ticketd down: %v", i, cached, err)
+		}
+		if _, dup := ids[l.id]; dup {
+			t.Fatalf("ID %d issued twice", l.id)
+		}
+		ids[l.id] = links + int(i)
+	}
+}
+
+// testCommand runs the command itself (flags, environment, connecting, graceful shutdown) against
+// the same ticketd and Redis.
+func testCommand(t *testing.T, ticketd, redisAddr string) {
+	prefix := testenv.RedisPrefix(t, "shortener-cmd-")
+	env := map[string]string{"SHORTENER_TOKEN": linksToken, "SHORTENER_KEY_PREFIX": prefix, "SHORTENER_SCRAMBLE": "false"}
+	args := []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--base-url=http://sho.rt.test"}
+	log := newLogTap()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, log.w); log.w.Close() }()
+	var base string
+	select {
+	case a := <-log.addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("the command stopped at start: %v\n%s", err, log)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("the command did not listen within 30s:\n%s", log)
+	}
+	l, err := createLink(base, "https://example.com/from-the-command")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --scramble=false from the environment: the code is the ID in base 62.
+	if want, _ := shortener.PlainCodec().Encode(l.id); l.code != want || l.shortURL != "http://sho.rt.test/"+want {
+		t.Fatalf("link %+v, want code %s at http://sho.rt.test", l, want)
+	}
+	resp, _, err := call("GET", base+"/"+l.code, "")
+	if err != nil || resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != l.url {
+		t.Fatalf("redirect: %v %v", resp, err)
+	}
+	if resp, _, err := call("GET", base+"/healthz", ""); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after shutdown: %v\n%s", err, log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not stop within 30s of its context ending")
+	}
+	if !strings.Contains(log.String(), `"msg":"stopped","links_created":1,"redirects":1`) {
+		t.Errorf("no final stats line in the log:\n%s", log)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	env := map[string]string{"SHORTENER_TOKEN": "tok", "SHORTENER_LISTEN": "0.0.0.0:9999", "SHORTENER_BASE_URL": "https://env.example",
+		"SHORTENER_SCRAMBLE": "false", "SHORTENER_NAMESPACE": "short"}
+	o, err := parseFlags([]string{"--listen", "127.0.0.1:1234", "--redis", "r:6379"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{listen: "127.0.0.1:1234", ticketd: "http://127.0.0.1:8080", token: "tok", namespace: "short", redis: "r:6379",
+		keyPrefix: shortener.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info"}
+	if o != want {
+		t.Fatalf("got  %+v\nwant %+v", o, want)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+	}{
+		"bad bool in env":   {nil, map[string]string{"SHORTENER_SCRAMBLE": "maybe"}},
+		"bad duration":      {[]string{"--shutdown-timeout", "soon"}, nil},
+		"unknown flag":      {[]string{"--redis-addr", "x"}, nil},
+		"stray argument":    {[]string{"serve"}, nil},
+		"bad duration, env": {nil, map[string]string{"SHORTENER_SHUTDOWN_TIMEOUT": "soon"}},
+	} {
+		if _, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"--help"}, func(string) string { return "" }, &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "$SHORTENER_BASE_URL") {
+		t.Errorf("--help: %v\n%s", err, help.String())
+	}
+	for _, bad := range []string{"no-port", "redis://user:secret@[::1", "http://x:6379"} {
+		if _, err := redisOptions(bad); err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("redisOptions(%q): %v", bad, err)
+		}
+	}
+}
+
+// TestComposeCommand: the shortener service of docker-compose.yml passes the command's flags, with the
+// token from the environment as Compose gives it.
+func TestComposeCommand(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := c.Services["shortener"]
+	if !ok {
+		t.Fatal("docker-compose.yml has no shortener service")
+	}
+	if _, ok := s.Environment["SHORTENER_TOKEN"]; !ok {
+		t.Error("the shortener service does not get SHORTENER_TOKEN")
+	}
+	o, err := parseFlags(s.Command, func(k string) string {
+		if k == "SHORTENER_TOKEN" {
+			return "from-compose"
+		}
+		return ""
+	}, io.Discard)
+	if err != nil {
+		t.Fatalf("compose command %v: %v", s.Command, err)
+	}
+	if o.listen != "0.0.0.0:8081" || o.ticketd != "http://ticketd:8080" || o.redis != "redis:6379" || o.token != "from-compose" ||
+		o.namespace != "links" || o.baseURL == "" {
+		t.Fatalf("compose command %v gives %+v", s.Command, o)
+	}
+}

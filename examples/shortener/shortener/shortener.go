@@ -1,0 +1,389 @@
+// Package shortener is a URL shortener that takes its link IDs from ticketd: a link's code is its ID,
+// scrambled and written in base 62, and links and their hit counts live in Redis. It is the service of
+// examples/shortener, importable so that benchmarks and tests can run it in their own process.
+//
+// The HTTP API:
+//
+//	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","id","url"}
+//	GET  /{code}           → 301 to the link's URL, and one more hit; 404 for an unknown code
+//	GET  /api/links/{code} → 200 {"code","short_url","id","url","hits","created_at"}
+//	GET  /healthz          → 200 {"status":"ok"} while Redis answers
+//
+// Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 413)
+// creates nothing and takes no ID.
+package shortener
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/client"
+)
+
+const (
+	// MaxURLBytes bounds a link's URL, before and after normalisation.
+	MaxURLBytes = 2048
+	// MaxBodyBytes bounds the body of POST /api/links: room for a URL of MaxURLBytes written entirely
+	// in JSON \u escapes.
+	MaxBodyBytes = 16 << 10
+	// DefaultKeyPrefix is the default Config.KeyPrefix.
+	DefaultKeyPrefix = "shortener:"
+	// DefaultScrambleKey is the key of the scramble when none is given. It is public, so it hides
+	// nothing from someone who reads this source; set Config.ScrambleKey to keep the order of links
+	// private.
+	DefaultScrambleKey = "ticketd-shortener-default-key"
+)
+
+// Error codes of the API, besides ticketd's own invalid_json, unknown_field, body_too_large,
+// route_not_found, method_not_allowed, unavailable and internal.
+const (
+	CodeInvalidURL   = "invalid_url"    // 400: not an http(s) URL with a host, of at most MaxURLBytes
+	CodeInvalidCode  = "invalid_code"   // 400 from /api/links/{code}: not a code the service could have made
+	CodeLinkNotFound = "link_not_found" // 404: no link has this code
+)
+
+// Config configures a Service. Zero values mean the defaults given with each field.
+type Config struct {
+	// IDs is the ticketd client that link IDs come from. Required; the Service does not close it.
+	IDs *client.Client
+	// Redis holds links and hit counts. Required; the Service does not close it.
+	Redis goredis.UniversalClient
+	// KeyPrefix starts every Redis key of the Service. Default DefaultKeyPrefix.
+	KeyPrefix string
+	// BaseURL starts each short URL, e.g. "https://sho.rt". Default: the scheme and Host of the
+	// request that asks.
+	BaseURL string
+	// NoScramble makes codes the plain IDs in base 62 (consecutive links get consecutive codes).
+	// Default false: codes are scrambled (see Codec).
+	NoScramble bool
+	// ScrambleKey keys the scramble. Default DefaultScrambleKey.
+	ScrambleKey string
+	// Logger receives a line for each failed request (5xx). Default: discard.
+	Logger *slog.Logger
+	// Now is the clock of created_at. Default time.Now.
+	Now func() time.Time
+}
+
+// Service is the URL shortener: an http.Handler and its counters. It is safe for concurrent use.
+type Service struct {
+	ids     *client.Client
+	links   store
+	codec   *Codec
+	baseURL string
+	logger  *slog.Logger
+	now     func() time.Time
+	echo    *echo.Echo
+
+	created, redirects, refused, notFound, failed atomic.Int64
+}
+
+// Stats are a Service's counters.
+type Stats struct {
+	// Created counts links created; Redirects redirects served (each one hit).
+	Created, Redirects int64
+	// Refused counts requests refused as invalid (400, 413): they created nothing and took no ID.
+	Refused int64
+	// NotFound counts requests for codes that no link has.
+	NotFound int64
+	// Failed counts requests that failed because ticketd or Redis did not answer (5xx).
+	Failed int64
+	// IDs are the ticketd client's counters: IDs.Refills is the number of blocks leased from ticketd.
+	IDs client.Stats
+}
+
+// BlocksPer1000Links is the number of blocks leased from ticketd per 1,000 links created; 0 before
+// the first link.
+func (s Stats) BlocksPer1000Links() float64 {
+	if s.Created == 0 {
+		return 0
+	}
+	return float64(s.IDs.Refills) * 1000 / float64(s.Created)
+}
+
+// New returns a Service. It does no I/O.
+func New(cfg Config) (*Service, error) {
+	if cfg.IDs == nil {
+		return nil, errors.New("shortener: Config.IDs (a ticketd client) is required")
+	}
+	if cfg.Redis == nil {
+		return nil, errors.New("shortener: Config.Redis is required")
+	}
+	s := &Service{ids: cfg.IDs, links: store{rdb: cfg.Redis, prefix: cfg.KeyPrefix}, logger: cfg.Logger, now: cfg.Now}
+	if s.links.prefix == "" {
+		s.links.prefix = DefaultKeyPrefix
+	}
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("shortener: base URL %q must be http(s)://HOST[/PATH], without query or fragment", cfg.BaseURL)
+		}
+		s.baseURL = strings.TrimRight(u.String(), "/")
+	}
+	switch {
+	case cfg.NoScramble:
+		s.codec = PlainCodec()
+	case cfg.ScrambleKey == "":
+		s.codec = NewCodec(DefaultScrambleKey)
+	default:
+		s.codec = NewCodec(cfg.ScrambleKey)
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.POST("/api/links", s.createLink)
+	e.GET("/api/links/:code", s.getLink)
+	e.GET("/healthz", s.healthz)
+	e.GET("/:code", s.redirect)
+	s.echo = e
+	return s, nil
+}
+
+// Handler returns the HTTP API.
+func (s *Service) Handler() http.Handler { return s.echo }
+
+// Stats returns the Service's counters and its ticketd client's.
+func (s *Service) Stats() Stats {
+	return Stats{Created: s.created.Load(), Redirects: s.redirects.Load(), Refused: s.refused.Load(),
+		NotFound: s.notFound.Load(), Failed: s.failed.Load(), IDs: s.ids.Stats()}
+}
+
+// linkJSON is a link on the wire. The ID is a decimal string: it may pass 2^53.
+type linkJSON struct {
+	Code      string     `json:"code"`
+	ShortURL  string     `json:"short_url"`
+	ID        string     `json:"id"`
+	URL       string     `json:"url"`
+	Hits      *int64     `json:"hits,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+}
+
+// createLink: POST /api/links. The request is checked in full before an ID is taken, so that a refused
+// request costs nothing.
+func (s *Service) createLink(c echo.Context) error {
+	target, err := readLinkRequest(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	// A link never replaces another. A new ID's code can be taken only by a link made under another
+	// scramble key or setting (or by this very write, when Redis retried it); then the next ID is tried.
+	for range 3 {
+		id, err := s.ids.Next(ctx)
+		if err != nil {
+			return unavailable("no link ID available from ticketd; retry", err)
+		}
+		code, err := s.codec.Encode(id)
+		if err != nil {
+			return fmt.Errorf("ticketd issued ID %d: %w", id, err)
+		}
+		ok, err := s.links.create(ctx, link{Code: code, URL: target, ID: id, Created: s.now()})
+		if err != nil {
+			return unavailable("the link store did not answer; retry", err)
+		}
+		if !ok {
+			s.logger.Warn("code already taken; taking another ID", "code", code, "id", id)
+			continue
+		}
+		s.created.Add(1)
+		c.Response().Header().Set(echo.HeaderLocation, "/api/links/"+code)
+		return c.JSON(http.StatusCreated, linkJSON{Code: code, ShortURL: s.shortURL(c, code),
+			ID: strconv.FormatInt(id, 10), URL: target})
+	}
+	return errors.New("three new IDs in a row gave codes of existing links")
+}
+
+// readLinkRequest reads and checks the body of POST /api/links: {"url":"…"} and nothing else.
+func readLinkRequest(c echo.Context) (string, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return "", refuse(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, "the body must be at most %d bytes", MaxBodyBytes)
+		}
+		return "", refuse(http.StatusBadRequest, api.CodeInvalidJSON, "the body could not be read: %v", err)
+	}
+	var req struct {
+		URL *string `json:"url"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return "", refuse(http.StatusBadRequest, api.CodeUnknownField, "unknown field %s; the body is {\"url\":\"https://…\"}", field)
+		}
+		return "", refuse(http.StatusBadRequest, api.CodeInvalidJSON, "the body must be the JSON object {\"url\":\"https://…\"}: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", refuse(http.StatusBadRequest, api.CodeInvalidJSON, "the body must be one JSON object, with nothing after it")
+	}
+	if req.URL == nil {
+		return "", refuse(http.StatusBadRequest, CodeInvalidURL, "the body has no url; send {\"url\":\"https://…\"}")
+	}
+	target, err := CheckURL(*req.URL)
+	if err != nil {
+		return "", refuse(http.StatusBadRequest, CodeInvalidURL, "%v", err)
+	}
+	return target, nil
+}
+
+// CheckURL returns raw in normal form (as net/url writes it) if it can be shortened: an http or https
+// URL with a host, no user name or password, no spaces or control characters, and at most MaxURLBytes
+// long before and after normalisation. Otherwise its error says what is wrong.
+func CheckURL(raw string) (string, error) {
+	switch {
+	case raw == "":
+		return "", errors.New("the url is empty")
+	case len(raw) > MaxURLBytes:
+		return "", fmt.Errorf("the url is %d bytes long; at most %d", len(raw), MaxURLBytes)
+	case strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return "", errors.New("the url contains spaces or control characters; percent-encode them (%20)")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("the url cannot be parsed: %v", errors.Unwrap(err))
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("only http and https URLs can be shortened, not %q", clip(u.Scheme))
+	case u.Hostname() == "":
+		return "", errors.New("the url has no host; write it as https://host/path")
+	case u.User != nil:
+		return "", errors.New("the url must not carry a user name or password")
+	}
+	norm := u.String()
+	if len(norm) > MaxURLBytes {
+		return "", fmt.Errorf("the url is %d bytes long once percent-encoded; at most %d", len(norm), MaxURLBytes)
+	}
+	return norm, nil
+}
+
+// redirect: GET /{code}. A malformed code is a 404 like any unknown one: no link can have it.
+func (s *Service) redirect(c echo.Context) error {
+	code := c.Param("code")
+	if _, err := s.codec.Decode(code); err != nil {
+		return s.linkNotFound("no such link: " + trimErr(err))
+	}
+	target, ok, err := s.links.hit(c.Request().Context(), code)
+	if err != nil {
+		return unavailable("the link store did not answer; retry", err)
+	}
+	if !ok {
+		return s.linkNotFound(fmt.Sprintf("no link has the code %q", code))
+	}
+	s.redirects.Add(1)
+	// Not to be cached, so that every visit comes here and is counted.
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.Redirect(http.StatusMovedPermanently, target)
+}
+
+// getLink: GET /api/links/{code}.
+func (s *Service) getLink(c echo.Context) error {
+	code := c.Param("code")
+	if _, err := s.codec.Decode(code); err != nil {
+		return refuse(http.StatusBadRequest, CodeInvalidCode, "%v", trimErr(err))
+	}
+	l, ok, err := s.links.get(c.Request().Context(), code)
+	if err != nil {
+		return unavailable("the link store did not answer; retry", err)
+	}
+	if !ok {
+		return s.linkNotFound(fmt.Sprintf("no link has the code %q", code))
+	}
+	created := l.Created
+	return c.JSON(http.StatusOK, linkJSON{Code: code, ShortURL: s.shortURL(c, code), ID: strconv.FormatInt(l.ID, 10),
+		URL: l.URL, Hits: &l.Hits, CreatedAt: &created})
+}
+
+// healthz: GET /healthz, 200 while Redis answers. ticketd is not asked: cached IDs outlast it.
+func (s *Service) healthz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.links.rdb.Ping(ctx).Err(); err != nil {
+		return unavailable("the link store does not answer", err)
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Service) shortURL(c echo.Context, code string) string {
+	if s.baseURL != "" {
+		return s.baseURL + "/" + code
+	}
+	return c.Scheme() + "://" + c.Request().Host + "/" + code
+}
+
+// apiError is an error answer with its status, code and message.
+type apiError struct {
+	status        int
+	code, message string
+	cause         error // logged, not sent
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func refuse(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(message string, cause error) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: message, cause: cause}
+}
+
+func (s *Service) linkNotFound(message string) *apiError {
+	s.notFound.Add(1)
+	return &apiError{status: http.StatusNotFound, code: CodeLinkNotFound, message: message}
+}
+
+// trimErr drops the package prefix from a sentinel error's message.
+func trimErr(err error) string { return strings.TrimPrefix(err.Error(), "shortener: ") }
+
+// handleError is echo's error handler: every error answer is {"error":{"code","message"}}.
+func (s *Service) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *apiError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &he) && he.Code == http.StatusNotFound:
+		ae = &apiError{status: he.Code, code: api.CodeRouteNotFound, message: "no such endpoint: POST /api/links, GET /{code}, GET /api/links/{code}, GET /healthz"}
+	case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:
+		ae = &apiError{status: he.Code, code: api.CodeMethodNotAllowed, message: "method not allowed on this endpoint"}
+	default:
+		ae = &apiError{status: http.StatusInternalServerError, code: api.CodeInternal, message: "internal error; see the service log", cause: err}
+	}
+	switch {
+	case ae.status >= 500:
+		s.failed.Add(1)
+		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path,
+			"status", ae.status, "code", ae.code, "err", ae.cause)
+		if ae.status == http.StatusServiceUnavailable {
+			c.Response().Header().Set("Retry-After", "1")
+		}
+	case ae.status == http.StatusBadRequest || ae.status == http.StatusRequestEntityTooLarge:
+		s.refused.Add(1)
+	}
+	_ = c.JSON(ae.status, api.Error{Error: api.ErrorBody{Code: ae.code, Message: ae.message}})
+}

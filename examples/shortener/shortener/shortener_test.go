@@ -1,0 +1,410 @@
+package shortener
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/embedded"
+	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+// fixture is a Service on the harness's Redis, under a key prefix of its own, taking IDs from an
+// embedded ticket store through the SDK.
+type fixture struct {
+	svc    *Service
+	rdb    *goredis.Client
+	prefix string
+	ids    *client.Client
+}
+
+var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// newFixture starts a fixture; edit adjusts the Config first. Namespace "links" exists unless the
+// Config's IDs are set by edit.
+func newFixture(t testing.TB, edit func(*Config)) *fixture {
+	t.Helper()
+	rdb := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := testenv.RedisPrefix(t, "shortener-test-")
+	cfg := Config{Redis: rdb, KeyPrefix: prefix, BaseURL: "https://sho.rt", Now: func() time.Time { return testNow }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	if cfg.IDs == nil {
+		cfg.IDs = linksClient(t, true)
+	}
+	svc, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{svc: svc, rdb: rdb, prefix: prefix, ids: cfg.IDs}
+}
+
+// linksClient returns an SDK client on a fresh embedded store, with namespace links when create is set.
+func linksClient(t testing.TB, create bool) *client.Client {
+	t.Helper()
+	st, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if create {
+		if _, err := st.CreateNamespace(context.Background(), allocator.Namespace{Name: "links", BlockSize: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(client.FromBackend(st), "links", client.WithMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// do sends a request to the service and returns the answer.
+func (f *fixture) do(t testing.TB, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	f.svc.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+func (f *fixture) keys(t testing.TB) int {
+	t.Helper()
+	keys, err := f.rdb.Keys(context.Background(), f.prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(keys)
+}
+
+func (f *fixture) create(t testing.TB, url string) linkJSON {
+	t.Helper()
+	rec := f.do(t, "POST", "/api/links", fmt.Sprintf(`{"url":%q}`, url))
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("POST /api/links %s: %d %s", url, rec.Code, rec.Body)
+	}
+	var l linkJSON
+	if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// wantError checks an error answer's status and code.
+func wantError(t testing.TB, rec *httptest.ResponseRecorder, status int, code string) api.ErrorBody {
+	t.Helper()
+	var e api.Error
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != status || e.Error.Code != code || e.Error.Message == "" {
+		t.Fatalf("got %d %s, want %d with code %s and a message", rec.Code, rec.Body, status, code)
+	}
+	return e.Error
+}
+
+func TestCreateRedirectAndCount(t *testing.T) {
+	f := newFixture(t, nil)
+	const target = "https://example.com/a/b?q=1#frag"
+	l := f.create(t, target)
+	id, err := api.ParseID(l.ID)
+	if err != nil {
+		t.Fatalf("id %q: %v", l.ID, err)
+	}
+	if back, err := f.svc.codec.Decode(l.Code); err != nil || back != id {
+		t.Fatalf("code %q decodes to %d, %v; the link's id is %d", l.Code, back, err, id)
+	}
+	if l.ShortURL != "https://sho.rt/"+l.Code || l.URL != target {
+		t.Fatalf("answer %+v", l)
+	}
+	for i := range 3 {
+		rec := f.do(t, "GET", "/"+l.Code, "")
+		if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != target {
+			t.Fatalf("redirect %d: %d, Location %q", i, rec.Code, rec.Header().Get("Location"))
+		}
+		if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("Cache-Control %q, want no-store so that every visit is counted", cc)
+		}
+	}
+	rec := f.do(t, "GET", "/api/links/"+l.Code, "")
+	var got linkJSON
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+		t.Fatalf("GET /api/links/%s: %d %s", l.Code, rec.Code, rec.Body)
+	}
+	if got.Hits == nil || *got.Hits != 3 || got.URL != target || got.ID != l.ID || got.CreatedAt == nil || !got.CreatedAt.Equal(testNow) {
+		t.Fatalf("GET /api/links/%s = %s", l.Code, rec.Body)
+	}
+	st := f.svc.Stats()
+	if st.Created != 1 || st.Redirects != 3 || st.Refused != 0 || st.IDs.Served != 1 || st.IDs.Refills < 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if f.keys(t) != 1 {
+		t.Fatalf("%d keys in Redis for one link", f.keys(t))
+	}
+}
+
+func TestShortURLFromTheRequestHost(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.BaseURL = "" })
+	req := httptest.NewRequest("POST", "http://s.example:8081/api/links", strings.NewReader(`{"url":"http://example.com"}`))
+	rec := httptest.NewRecorder()
+	f.svc.Handler().ServeHTTP(rec, req)
+	var l linkJSON
+	if rec.Code != http.StatusCreated || json.Unmarshal(rec.Body.Bytes(), &l) != nil || l.ShortURL != "http://s.example:8081/"+l.Code {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestRefusedRequestsCreateNothing: each invalid request gets a 400 (or 413) in the error shape of
+// ticketd, and no key appears in Redis and no ID is taken from the client.
+func TestRefusedRequestsCreateNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	f.create(t, "https://example.com/first") // so that the client holds a block
+	before := f.svc.Stats()
+	keys := f.keys(t)
+	long := "https://example.com/" + strings.Repeat("a", MaxURLBytes-len("https://example.com/")+1)
+	cases := []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"empty body", ``, 400, api.CodeInvalidJSON},
+		{"not JSON", `url=https://example.com`, 400, api.CodeInvalidJSON},
+		{"array", `["https://example.com"]`, 400, api.CodeInvalidJSON},
+		{"two objects", `{"url":"https://example.com"}{"url":"https://example.com"}`, 400, api.CodeInvalidJSON},
+		{"trailing brace", `{"url":"https://example.com"}}`, 400, api.CodeInvalidJSON},
+		{"url not a string", `{"url":42}`, 400, api.CodeInvalidJSON},
+		{"unknown field", `{"url":"https://example.com","code":"mine"}`, 400, api.CodeUnknownField},
+		{"no url", `{}`, 400, CodeInvalidURL},
+		{"null url", `{"url":null}`, 400, CodeInvalidURL},
+		{"empty url", `{"url":""}`, 400, CodeInvalidURL},
+		{"ftp", `{"url":"ftp://example.com/file"}`, 400, CodeInvalidURL},
+		{"javascript", `{"url":"javascript:alert(1)"}`, 400, CodeInvalidURL},
+		{"mailto", `{"url":"mailto:a@example.com"}`, 400, CodeInvalidURL},
+		{"relative", `{"url":"/just/a/path"}`, 400, CodeInvalidURL},
+		{"no scheme", `{"url":"example.com/x"}`, 400, CodeInvalidURL},
+		{"no host", `{"url":"https:///path"}`, 400, CodeInvalidURL},
+		{"port only", `{"url":"http://:8080/"}`, 400, CodeInvalidURL},
+		{"opaque", `{"url":"http:example.com"}`, 400, CodeInvalidURL},
+		{"credentials", `{"url":"https://user:pw@example.com/"}`, 400, CodeInvalidURL},
+		{"space", `{"url":"https://example.com/a b"}`, 400, CodeInvalidURL},
+		{"newline", `{"url":"https://example.com/a\nb"}`, 400, CodeInvalidURL},
+		{"bad escape", `{"url":"https://example.com/%zz"}`, 400, CodeInvalidURL},
+		{"2049 bytes", fmt.Sprintf(`{"url":%q}`, long), 400, CodeInvalidURL},
+		{"too long once encoded", fmt.Sprintf(`{"url":%q}`, "https://example.com/"+strings.Repeat("é", 700)), 400, CodeInvalidURL},
+		{"body too large", fmt.Sprintf(`{"url":"https://example.com/%s"}`, strings.Repeat("a", MaxBodyBytes)), 413, api.CodeBodyTooLarge},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wantError(t, f.do(t, "POST", "/api/links", tc.body), tc.status, tc.code)
+		})
+	}
+	after := f.svc.Stats()
+	if n := f.keys(t); n != keys {
+		t.Errorf("Redis keys went from %d to %d", keys, n)
+	}
+	if after.IDs.Served != before.IDs.Served || after.IDs.Refills != before.IDs.Refills {
+		t.Errorf("refused requests took IDs: served %d → %d, refills %d → %d", before.IDs.Served, after.IDs.Served, before.IDs.Refills, after.IDs.Refills)
+	}
+	if after.Created != before.Created || after.Refused != before.Refused+int64(len(cases)) {
+		t.Errorf("stats %+v → %+v", before, after)
+	}
+}
+
+func TestURLLimits(t *testing.T) {
+	f := newFixture(t, nil)
+	exact := "https://example.com/" + strings.Repeat("a", MaxURLBytes-len("https://example.com/"))
+	if l := f.create(t, exact); l.URL != exact {
+		t.Fatalf("a URL of exactly %d bytes came back as %q", MaxURLBytes, l.URL)
+	}
+	// Normal form: net/url percent-encodes what needs it, and that is what the redirect sends.
+	if l := f.create(t, "HTTP://example.com/ä"); l.URL != "http://example.com/%C3%A4" {
+		t.Fatalf("normal form %q", l.URL)
+	}
+}
+
+func TestUnknownAndMalformedCodes(t *testing.T) {
+	f := newFixture(t, nil)
+	keys := f.keys(t)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/abc", 404, CodeLinkNotFound},           // well-formed, no such link
+		{"GET", "/ab-c", 404, CodeLinkNotFound},          // no link can have it
+		{"GET", "/0abc", 404, CodeLinkNotFound},          // leading zero: never written
+		{"GET", "/AzL8n0Y58m8", 404, CodeLinkNotFound},   // above 2^63-1
+		{"GET", "/favicon.ico", 404, CodeLinkNotFound},   // browsers ask
+		{"GET", "/api/links/abc", 404, CodeLinkNotFound}, // well-formed, no such link
+		{"GET", "/api/links/ab-c", 400, CodeInvalidCode},
+		{"GET", "/api/links/123456789012", 400, CodeInvalidCode},
+		{"GET", "/a/b", 404, CodeLinkNotFound},
+		{"GET", "/", 404, api.CodeRouteNotFound},
+		{"PUT", "/api/links", 405, api.CodeMethodNotAllowed},
+		{"DELETE", "/api/links/abc", 405, api.CodeMethodNotAllowed},
+	} {
+		e := wantError(t, f.do(t, tc.method, tc.path, ""), tc.status, tc.code)
+		t.Logf("%s %s: %d %s", tc.method, tc.path, tc.status, e.Message)
+	}
+	if n := f.keys(t); n != keys {
+		t.Errorf("lookups of unknown codes changed Redis: %d keys → %d", keys, n)
+	}
+	if st := f.svc.Stats(); st.NotFound != 7 || st.IDs.Served != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestNoScrambleGivesConsecutiveCodes(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.NoScramble = true })
+	for want := int64(1); want <= 3; want++ {
+		l := f.create(t, "https://example.com/")
+		if l.ID != fmt.Sprint(want) || l.Code != fmt.Sprint(want) { // base 62 of 1..3
+			t.Fatalf("link %d: %+v", want, l)
+		}
+	}
+}
+
+// TestTakenCodeIsNeverOverwritten: a code already in Redis (as after a change of scramble key) is left
+// alone and the link gets the next ID's code.
+func TestTakenCodeIsNeverOverwritten(t *testing.T) {
+	f := newFixture(t, nil)
+	first, _ := f.svc.codec.Encode(1) // the first ID of a fresh namespace
+	key := f.prefix + "link:" + first
+	if err := f.rdb.HSet(context.Background(), key, "url", "https://old.example/", "id", "77", "created", testNow.Format(time.RFC3339Nano), "hits", "5").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := f.create(t, "https://new.example/")
+	if l.Code == first || l.ID == "1" {
+		t.Fatalf("the new link took the code %s of an existing one: %+v", first, l)
+	}
+	if url, _ := f.rdb.HGet(context.Background(), key, "url").Result(); url != "https://old.example/" {
+		t.Fatalf("the old link now points to %q", url)
+	}
+}
+
+func TestConcurrentCreatesGetDistinctCodes(t *testing.T) {
+	f := newFixture(t, nil)
+	const workers, each = 16, 100
+	var mu sync.Mutex
+	codes := map[string]string{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				url := fmt.Sprintf("https://example.com/%d/%d", w, i)
+				l := f.create(t, url)
+				mu.Lock()
+				if other, dup := codes[l.Code]; dup {
+					t.Errorf("%s and %s share the code %s", other, url, l.Code)
+				}
+				codes[l.Code] = url
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := f.keys(t); n != workers*each || len(codes) != workers*each {
+		t.Fatalf("%d keys and %d codes for %d links", n, len(codes), workers*each)
+	}
+}
+
+func TestTicketdFailureIs503AndCreatesNothing(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.IDs = linksClient(t, false) }) // no namespace: every lease fails
+	wantError(t, f.do(t, "POST", "/api/links", `{"url":"https://example.com/"}`), 503, api.CodeUnavailable)
+	if n := f.keys(t); n != 0 {
+		t.Fatalf("%d keys after a failed create", n)
+	}
+	if st := f.svc.Stats(); st.Failed != 1 || st.Created != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	f := newFixture(t, nil)
+	if rec := f.do(t, "GET", "/healthz", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
+		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	down := goredis.NewClient(&goredis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
+	defer down.Close()
+	g := newFixture(t, func(c *Config) { c.Redis = down })
+	rec := g.do(t, "GET", "/healthz", "")
+	wantError(t, rec, 503, api.CodeUnavailable)
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("a 503 without Retry-After")
+	}
+	// With Redis down, creating a link fails cleanly too.
+	wantError(t, g.do(t, "POST", "/api/links", `{"url":"https://example.com/"}`), 503, api.CodeUnavailable)
+	wantError(t, g.do(t, "GET", "/abc", ""), 503, api.CodeUnavailable)
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	ids := linksClient(t, true)
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for name, cfg := range map[string]Config{
+		"no IDs":          {Redis: rdb},
+		"no Redis":        {IDs: ids},
+		"base URL ftp":    {IDs: ids, Redis: rdb, BaseURL: "ftp://sho.rt"},
+		"base URL host":   {IDs: ids, Redis: rdb, BaseURL: "https://"},
+		"base URL query":  {IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/?a=1"},
+		"base URL parses": {IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/%zz"},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+	s, err := New(Config{IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/s/"})
+	if err != nil || s.baseURL != "https://sho.rt/s" || !s.codec.Scrambled() {
+		t.Fatalf("New: %v, base %q", err, s.baseURL)
+	}
+}
+
+// BenchmarkService measures the service in-process (no HTTP hop) on the harness's Redis, IDs from an
+// embedded store through the SDK: creating links, and redirects.
+func BenchmarkService(b *testing.B) {
+	f := newFixture(b, nil)
+	b.Run("create", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				f.create(b, "https://example.com/bench")
+			}
+		})
+		st := f.svc.Stats()
+		b.ReportMetric(st.BlocksPer1000Links(), "blocks/1000links")
+	})
+	code := f.create(b, "https://example.com/bench").Code
+	b.Run("redirect", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if rec := f.do(b, "GET", "/"+code, ""); rec.Code != http.StatusMovedPermanently {
+					b.Fatalf("%d %s", rec.Code, rec.Body)
+				}
+			}
+		})
+	})
+}
