@@ -257,16 +257,21 @@ func (h *httpLeaser) leaseFrom(ctx context.Context, ep *endpoint, size int64) (a
 	if err != nil {
 		return allocator.Block{}, err
 	}
+	return parseBlock(ep.base, h.ns, data)
+}
+
+// parseBlock decodes a 200 answer to a lease: a valid block of namespace ns, or ErrBadResponse.
+func parseBlock(base, ns string, data []byte) (allocator.Block, error) {
 	var wb api.Block
 	if err := json.Unmarshal(data, &wb); err != nil {
-		return allocator.Block{}, fmt.Errorf("%w: %s: block is not JSON: %w", ErrBadResponse, ep.base, err)
+		return allocator.Block{}, fmt.Errorf("%w: %s: block is not JSON: %w", ErrBadResponse, base, err)
 	}
 	blk, err := wb.ToBlock()
 	if err != nil {
-		return allocator.Block{}, fmt.Errorf("%w: %s: %w", ErrBadResponse, ep.base, err)
+		return allocator.Block{}, fmt.Errorf("%w: %s: %w", ErrBadResponse, base, err)
 	}
-	if blk.Namespace != h.ns {
-		return allocator.Block{}, fmt.Errorf("%w: %s: asked for a block of %s, got one of %q", ErrBadResponse, ep.base, h.ns, blk.Namespace)
+	if blk.Namespace != ns {
+		return allocator.Block{}, fmt.Errorf("%w: %s: asked for a block of %s, got one of %q", ErrBadResponse, base, ns, clip(blk.Namespace, 80))
 	}
 	return blk, nil
 }
@@ -414,19 +419,21 @@ func retryAfter(v string, now time.Time) time.Duration {
 	return max(0, min(d, time.Minute))
 }
 
-// clip shortens s to n bytes, on a rune boundary, and replaces control characters.
+// clip makes s printable (control characters become spaces, invalid UTF-8 a replacement character) and
+// shortens it to at most n bytes, on a rune boundary.
 func clip(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-		for len(s) > 0 && !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-		s += "…"
-	}
-	return strings.Map(func(r rune) rune {
+	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return ' '
 		}
 		return r
-	}, s)
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if testing.Short() {
-		buildErr = fmt.Errorf("not built under -short")
+	if skip := noEndToEnd(); skip != "" {
+		buildErr = fmt.Errorf("not built: %s", skip)
 	} else {
 		bin := filepath.Join(dir, "ticketd")
 		if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ticketd").CombinedOutput(); err != nil {
@@ -44,4 +44,19 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// noEndToEnd says why this run cannot include the end-to-end tests, so TestMain need not build
+// ticketd: -short, -run '^$' (benchmarks or fuzzing only), or a fuzzing worker process.
+func noEndToEnd() string {
+	if testing.Short() {
+		return "-short"
+	}
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "^$" {
+		return "-run '^$'"
+	}
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return "fuzzing worker"
+	}
+	return ""
 }
