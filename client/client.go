@@ -14,8 +14,10 @@
 // run on, and the Go scheduler may move it to another processor between two calls. What holds:
 //   - IDs taken from the same run come out in increasing order of the moment they were taken, so a
 //     goroutine that stays on one processor sees increasing IDs until that run is used up;
-//   - every ID of a block is smaller than every ID of a later block from the same ticket server, so IDs
-//     grow over time, roughly, at the granularity of blocks (seconds, at the default refill interval);
+//   - a block leased later from the same ticket server through the same path (FromBackend, or one
+//     ticketd replica, which carves blocks from its segments in order) holds only higher IDs, so IDs
+//     grow over time, roughly, at the granularity of blocks; ticketd replicas each cache segments of
+//     their own, so blocks through different replicas interleave by up to a segment;
 //   - the IDs that one NextN call writes are increasing within each run they come from.
 //
 // A caller that needs a strict order must sort, or use one ID as a sequence number and ticketd only to
