@@ -83,6 +83,9 @@ func TestBenchGen(t *testing.T) {
 	for _, r := range rep.Gen.Rows {
 		byName[r.Scheme] = r
 	}
+	if sdk, ok := byName["ticketd SDK, cached block, embedded store"]; !ok || sdk.Checked == 0 {
+		t.Errorf("no SDK row: %v", byName)
+	}
 	// What each scheme is, as measured: a random UUID is not ordered, a Snowflake is.
 	if byName["google/uuid v4"].Increasing || !byName["snowflake 41/10/12 (Twitter)"].Increasing {
 		t.Errorf("order: v4 %+v, snowflake %+v", byName["google/uuid v4"], byName["snowflake 41/10/12 (Twitter)"])
@@ -136,7 +139,7 @@ func TestBenchBTreeAndLoad(t *testing.T) {
 			t.Errorf("%s: %d errors %v", r.Case, r.Errors, r.ErrorKinds)
 		}
 	}
-	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server",
+	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server", "SDK over HTTP",
 		"HTTP lease n=1, server cache on", "HTTP lease n=10,000, server cache off", "Redis lease"} {
 		found := false
 		for c := range seen {
