@@ -35,19 +35,14 @@ import (
 var ticketdBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ticketd-bin")
+	bin, cleanup, err := testenv.BuildTicketd()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end tests: %v\n", err)
 		os.Exit(1)
 	}
-	ticketdBin = filepath.Join(dir, "ticketd")
-	if out, err := exec.Command("go", "build", "-o", ticketdBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end tests: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	ticketdBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

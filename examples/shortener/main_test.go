@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,19 +32,14 @@ import (
 var ticketdBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "shortener-e2e")
+	bin, cleanup, err := testenv.BuildTicketd()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end test: %v\n", err)
 		os.Exit(1)
 	}
-	ticketdBin = filepath.Join(dir, "ticketd")
-	if out, err := exec.Command("go", "build", "-o", ticketdBin, "github.com/ticketd/ticketd/cmd/ticketd").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end test: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	ticketdBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

@@ -9,6 +9,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,3 +257,36 @@ func PrivateRedis(t testing.TB, opts testservers.RedisOptions) *testservers.Redi
 
 // DSNList joins DSNs the way --mysql takes them.
 func DSNList(dsns []string) string { return strings.Join(dsns, ",") }
+
+// BuildTicketd builds the ticketd command (without the race detector: it is the process under test,
+// not the code under test) into a new temporary directory, for tests that run `ticketd serve` as a real
+// process. Call it from TestMain; cleanup removes the directory.
+func BuildTicketd() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "ticketd-bin")
+	if err != nil {
+		return "", func() {}, err
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	bin = filepath.Join(dir, "ticketd")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ticketd/ticketd/cmd/ticketd").CombinedOutput(); err != nil {
+		cleanup()
+		return "", func() {}, fmt.Errorf("go build cmd/ticketd: %v\n%s", err, out)
+	}
+	return bin, cleanup, nil
+}
+
+// NoEndToEnd says why this test binary runs no end-to-end test, so that TestMain need not build
+// ticketd: -short, -run '^$' (benchmarks or fuzzing only), or a fuzzing worker process. Empty when it
+// may. Call it after flag.Parse.
+func NoEndToEnd() string {
+	if testing.Short() {
+		return "-short"
+	}
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "^$" {
+		return "-run '^$'"
+	}
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return "fuzzing worker"
+	}
+	return ""
+}
