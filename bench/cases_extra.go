@@ -72,22 +72,29 @@ func redisVersion(ctx context.Context, addr string) string {
 	return ""
 }
 
-// httpServer runs the ticketd HTTP service on a loopback port in this process, on the run's pair.
-func httpServer(env *mysqlEnv, cacheOn bool) (string, func(), error) {
-	srv, err := server.New(server.Config{Backend: env.pair, Auth: server.Auth{Disabled: true},
+// httpServer runs the ticketd HTTP service on a loopback port in this process, on a fresh pair of
+// its own; stop closes both.
+func httpServer(ctx context.Context, env *mysqlEnv, cacheOn bool) (allocator.Backend, string, func(), error) {
+	b, closeB, err := freshPair(env, env.dsns)(ctx)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	srv, err := server.New(server.Config{Backend: b, Auth: server.Auth{Disabled: true},
 		Cache: server.CacheConfig{Disabled: !cacheOn}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return "", nil, err
+		closeB()
+		return nil, "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = srv.Close()
-		return "", nil, err
+		closeB()
+		return nil, "", nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	return "http://" + ln.Addr().String(), func() { cancel(); <-done; _ = srv.Close() }, nil
+	go func() { done <- srv.Serve(sctx, ln) }()
+	return b, "http://" + ln.Addr().String(), func() { cancel(); <-done; _ = srv.Close(); closeB() }, nil
 }
 
 func loopbackHTTPClient() *http.Client {
@@ -97,11 +104,11 @@ func loopbackHTTPClient() *http.Client {
 // httpLeaseCase posts one lease per request to the service.
 func httpLeaseCase(name string, size int64, cacheOn bool, env *mysqlEnv) loadCase {
 	return loadCase{name: name, open: func(ctx context.Context) (func(context.Context) (int64, error), func(), error) {
-		base, stop, err := httpServer(env, cacheOn)
+		b, base, stop, err := httpServer(ctx, env, cacheOn)
 		if err != nil {
 			return nil, nil, err
 		}
-		ns, err := env.namespace(ctx, env.pair, "http", size)
+		ns, err := env.namespace(ctx, b, "http", size)
 		if err != nil {
 			stop()
 			return nil, nil, err

@@ -134,6 +134,24 @@ func (e *mysqlEnv) namespace(ctx context.Context, b allocator.Backend, prefix st
 	return name, err
 }
 
+// settle waits (at most a minute) until no statement of this run's database is still running on any
+// server: requests that a load case gave up on (timeouts, lock waits) would otherwise weigh on the next
+// measurement.
+func (e *mysqlEnv) settle(ctx context.Context) {
+	deadline := time.Now().Add(time.Minute)
+	for _, db := range e.dbs {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			var busy int
+			err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+				WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND NOT IN ('Sleep', 'Daemon')`).Scan(&busy)
+			if err != nil || busy == 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 // Close closes the pair and drops the database the run created.
 func (e *mysqlEnv) Close() {
 	if e.pair != nil {

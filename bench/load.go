@@ -238,6 +238,7 @@ func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*Loa
 				done()
 				return nil, err
 			}
+			env.settle(ctx)
 			row := closedLoop(ctx, opts, c.name, op, clients, opts.Duration, maxOps)
 			best = max(best, row.OpsPerSecond)
 			rep.Rows = append(rep.Rows, row)
@@ -245,6 +246,7 @@ func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*Loa
 		// The open loop runs at half the best closed-loop rate: a load the servers can carry, where
 		// latency is not queueing behind the sender.
 		if best > 0 {
+			env.settle(ctx)
 			rep.Rows = append(rep.Rows, openLoop(ctx, opts, c.name, op, min(best/2, maxOpenRate), opts.Duration, maxOps))
 		}
 		done()

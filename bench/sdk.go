@@ -32,11 +32,11 @@ func sdkLoadCases(env *mysqlEnv) ([]loadCase, []string) {
 // sdkOverHTTPCase takes one ID per call from the SDK, which leases its blocks over HTTP.
 func sdkOverHTTPCase(env *mysqlEnv) loadCase {
 	return loadCase{name: "SDK over HTTP, one ID per Next (server cache on)", open: func(ctx context.Context) (func(context.Context) (int64, error), func(), error) {
-		base, stop, err := httpServer(env, true)
+		b, base, stop, err := httpServer(ctx, env, true)
 		if err != nil {
 			return nil, nil, err
 		}
-		ns, err := env.namespace(ctx, env.pair, "sdk", 1000)
+		ns, err := env.namespace(ctx, b, "sdk", 1000)
 		if err != nil {
 			stop()
 			return nil, nil, err
