@@ -50,6 +50,9 @@ func (r *Report) Markdown(w io.Writer) {
 	p("- date: %s\n", r.Date.Format("2006-01-02 15:04 MST"))
 	m := r.Machine
 	p("- machine: %d cores (GOMAXPROCS %d)%s, %s, %s\n", m.Cores, m.GOMAXPROCS, orEmpty(", ", m.CPU), m.OS, m.GoVersion)
+	if m.LoadAverage != "" {
+		p("- load average when the run began (1, 5, 15 min): %s on %d cores\n", m.LoadAverage, m.Cores)
+	}
 	if m.MariaDB != "" {
 		p("- MariaDB: %s\n", m.MariaDB)
 	}
