@@ -36,7 +36,7 @@ func (p *Pair) FlickrTables(ctx context.Context, table string) ([]FlickrTable, e
 	for _, s := range p.servers {
 		ft, err := s.flickrTable(ctx, table)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.name, err)
+			return nil, fmt.Errorf("%s: %w", s.Name(), err)
 		}
 		out = append(out, ft)
 	}
@@ -57,7 +57,7 @@ func (s *server) flickrTable(ctx context.Context, table string) (FlickrTable, er
 			return FlickrTable{}, err
 		}
 	}
-	ft := FlickrTable{Server: s.name}
+	ft := FlickrTable{Server: s.Name()}
 	var auto sql.NullInt64
 	err = conn.QueryRowContext(ctx, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", table).Scan(&auto)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -79,16 +79,16 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 	for i, s := range p.servers {
 		sd := d.Servers[i]
 		if !sd.Reachable {
-			problem("%s is unreachable (%s): start it or fix its DSN; ticketd serves from the others meanwhile", s.name, sd.Error)
+			problem("%s is unreachable (%s): start it or fix its DSN; ticketd serves from the others meanwhile", s.Name(), sd.Error)
 			continue
 		}
 		v, _ := s.vars()
-		for _, e := range v.problems(s.name) {
+		for _, e := range v.problems(s.Name()) {
 			problem("%s", unwrapMisconfigured(e))
 		}
-		list = append(list, namedVars{s.name, v})
+		list = append(list, namedVars{s.Name(), v})
 		if sd.Schema < schema.Latest() {
-			problem("%s has schema version %d, this ticketd needs %d: run `ticketd migrate`", s.name, sd.Schema, schema.Latest())
+			problem("%s has schema version %d, this ticketd needs %d: run `ticketd migrate`", s.Name(), sd.Schema, schema.Latest())
 		}
 	}
 	for _, e := range crossProblems(list, len(p.servers)) {
@@ -104,7 +104,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		}
 		rs, err := s.readRows(ctx)
 		if err != nil {
-			problem("reading namespaces on %s: %v", s.name, err)
+			problem("reading namespaces on %s: %v", s.Name(), err)
 			continue
 		}
 		rows[s] = map[string]rowSettings{}
@@ -125,31 +125,31 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		}
 		marks, err := p.peerMarks(ctx, s)
 		if err != nil {
-			problem("reading the water marks for %s: %v", s.name, err)
+			problem("reading the water marks for %s: %v", s.Name(), err)
 		}
 		v, _ := s.vars()
 		for _, name := range sorted {
-			nd := NamespaceDiagnosis{Namespace: name, Server: s.name, Watermark: marks[name].value, Holder: marks[name].holder, Status: "ok"}
+			nd := NamespaceDiagnosis{Namespace: name, Server: s.Name(), Watermark: marks[name].value, Holder: marks[name].holder, Status: "ok"}
 			r, present := mine[name]
 			switch {
 			case !present:
 				nd.Status = "no row yet"
-				d.Notes = append(d.Notes, fmt.Sprintf("namespace %q has no row on %s (created while it was away); ticketd creates it when the server is next checked", name, s.name))
+				d.Notes = append(d.Notes, fmt.Sprintf("namespace %q has no row on %s (created while it was away); ticketd creates it when the server is next checked", name, s.Name()))
 				if nd.Watermark > 0 {
 					nd.Status = "fenced: row missing below water mark"
 					problem("namespace %q has no row on %s but %s recorded counter %d: the server looks restored from an old backup; check it, then run `ticketd repair %s --server %s`",
-						name, s.name, nd.Holder, nd.Watermark, name, s.name)
+						name, s.Name(), nd.Holder, nd.Watermark, name, s.Name())
 				}
 			default:
 				nd.Present, nd.Step, nd.Offset, nd.Next = true, r.step, r.offset, r.next
 				if r.step != v.increment || r.offset != v.offset {
 					nd.Status = "step/offset mismatch"
 					problem("namespace %q on %s was created with step %d offset %d but the server runs with auto_increment_increment %d offset %d: restore the server's settings",
-						name, s.name, r.step, r.offset, v.increment, v.offset)
+						name, s.Name(), r.step, r.offset, v.increment, v.offset)
 				} else if r.next < nd.Watermark {
 					nd.Status = "fenced: counter below water mark"
 					problem("namespace %q on %s: counter %d is below %d recorded by %s: the server looks restored from an old backup; check it, then run `ticketd repair %s --server %s`",
-						name, s.name, r.next, nd.Watermark, nd.Holder, name, s.name)
+						name, s.Name(), r.next, nd.Watermark, nd.Holder, name, s.Name())
 				}
 			}
 			d.Namespaces = append(d.Namespaces, nd)
@@ -159,7 +159,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 }
 
 func (p *Pair) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
-	sd := ServerDiagnosis{Name: s.name}
+	sd := ServerDiagnosis{Name: s.Name()}
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	v, err := readVars(qctx, s.ctl)

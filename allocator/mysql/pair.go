@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
 	"github.com/ticketd/ticketd/schema"
 )
 
@@ -98,6 +98,7 @@ type Pair struct {
 	cfg     Config
 	servers []*server
 	next    atomic.Uint64 // round-robin cursor
+	members multi.Config  // the servers' backoff
 
 	settingsMu sync.Mutex
 	settings   map[string]cachedSettings
@@ -146,8 +147,8 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		case errors.Is(errs[i], allocator.ErrMisconfigured):
 			refused = append(refused, errs[i])
 		default:
-			cfg.Logger.Warn("ticket server unreachable at start; serving from the others", "server", s.name, "err", errs[i])
-			s.markDown(errs[i])
+			cfg.Logger.Warn("ticket server unreachable at start; serving from the others", "server", s.Name(), "err", errs[i])
+			s.MarkDown(errs[i])
 		}
 	}
 	if err := p.crossCheck(nil); err != nil {
@@ -170,27 +171,27 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		switch {
 		case err == nil:
 		case errors.Is(err, allocator.ErrFenced):
-			s.markDown(err)
+			s.MarkDown(err)
 			fenced++
 		case errors.Is(err, allocator.ErrMisconfigured):
 			p.closeDBs()
 			return nil, err
 		default:
-			cfg.Logger.Warn("ticket server failed its checks at start; serving from the others", "server", s.name, "err", err)
-			s.markDown(err)
+			cfg.Logger.Warn("ticket server failed its checks at start; serving from the others", "server", s.Name(), "err", err)
+			s.MarkDown(err)
 		}
 	}
 	// Servers admitted early could not see the rows of those admitted after them, nor their water marks.
 	usable := 0
 	for _, s := range p.servers {
-		if !s.usable() {
+		if !s.Usable() {
 			continue
 		}
 		if err := s.syncFromPeers(ctx, nil); err != nil {
-			cfg.Logger.Warn("could not copy namespace rows from the other servers", "server", s.name, "err", err)
+			cfg.Logger.Warn("could not copy namespace rows from the other servers", "server", s.Name(), "err", err)
 		}
 		if err := p.checkFence(ctx, s); err != nil {
-			s.markDown(err)
+			s.MarkDown(err)
 			if errors.Is(err, allocator.ErrFenced) {
 				fenced++
 			}
@@ -214,7 +215,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 func (p *Pair) names() string {
 	n := make([]string, len(p.servers))
 	for i, s := range p.servers {
-		n[i] = s.name
+		n[i] = s.Name()
 	}
 	return strings.Join(n, ", ")
 }
@@ -226,10 +227,10 @@ func (p *Pair) crossCheck(candidate *server) error {
 	var list []namedVars
 	for _, s := range p.servers {
 		v, ok := s.vars()
-		if !ok || (candidate != nil && s != candidate && !s.usable()) {
+		if !ok || (candidate != nil && s != candidate && !s.Usable()) {
 			continue
 		}
-		list = append(list, namedVars{s.name, v})
+		list = append(list, namedVars{s.Name(), v})
 	}
 	return errors.Join(crossProblems(list, len(p.servers))...)
 }
@@ -242,12 +243,12 @@ func (p *Pair) probe() {
 	for _, s := range p.servers {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
 		switch {
-		case s.usable():
+		case s.Usable():
 			if err := s.db.PingContext(ctx); err != nil && !p.closed.Load() {
-				s.markDown(err)
+				s.MarkDown(err)
 			}
-		case s.due(p.cfg.now()):
-			_ = s.revive(ctx)
+		case s.Due(p.cfg.now()):
+			_ = s.Revive(ctx)
 		}
 		cancel()
 	}
@@ -295,7 +296,7 @@ func (p *Pair) closeDBs() {
 func (p *Pair) Servers() []string {
 	out := make([]string, len(p.servers))
 	for i, s := range p.servers {
-		out[i] = s.name
+		out[i] = s.Name()
 	}
 	return out
 }
@@ -304,7 +305,7 @@ func (p *Pair) Servers() []string {
 func (p *Pair) Health() []allocator.ServerHealth {
 	out := make([]allocator.ServerHealth, len(p.servers))
 	for i, s := range p.servers {
-		out[i] = s.health()
+		out[i] = s.Health()
 	}
 	return out
 }
@@ -355,7 +356,7 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 	order := p.order()
 	if prefer != "" {
 		for i, s := range order {
-			if s.name == prefer {
+			if s.Name() == prefer {
 				order[0], order[i] = order[i], order[0]
 				break
 			}
@@ -377,9 +378,9 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 		case errors.Is(err, allocator.ErrExhausted):
 			exhausted++
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 		if p.cfg.Observer != nil {
-			p.cfg.Observer.ObserveFailover(s.name)
+			p.cfg.Observer.ObserveFailover(s.Name())
 		}
 		return blk, false, nil
 	}
@@ -387,7 +388,7 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 	// ones still in backoff: better a late answer than none.
 	for pass := 0; pass < 2; pass++ {
 		for _, s := range order {
-			if tried[s] || (pass == 0 && !s.usable() && !s.due(p.cfg.now())) {
+			if tried[s] || (pass == 0 && !s.Usable() && !s.Due(p.cfg.now())) {
 				continue
 			}
 			if ctx.Err() != nil {
@@ -409,8 +410,8 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 
 // leaseOn makes one attempt on one server, reviving it first if it was down.
 func (p *Pair) leaseOn(ctx context.Context, s *server, ns allocator.Namespace, size int64) (allocator.Block, error) {
-	if !s.usable() {
-		if err := s.revive(ctx); err != nil {
+	if !s.Usable() {
+		if err := s.Revive(ctx); err != nil {
 			return allocator.Block{}, err
 		}
 	}
@@ -425,25 +426,15 @@ func (p *Pair) leaseOn(ctx context.Context, s *server, ns allocator.Namespace, s
 		}
 	}
 	if p.cfg.Observer != nil {
-		p.cfg.Observer.ObserveLease(s.name, p.cfg.now().Sub(start), err)
+		p.cfg.Observer.ObserveLease(s.Name(), p.cfg.now().Sub(start), err)
 	}
-	if err != nil && isServerFault(err) && ctx.Err() == nil {
-		s.markDown(err)
+	if err != nil && multi.IsServerFault(err) && ctx.Err() == nil {
+		s.MarkDown(err)
 	}
 	if err == nil {
-		s.markUp()
+		s.MarkUp()
 	}
 	return blk, err
-}
-
-// isServerFault reports whether err says the server (or the way to it) failed, rather than the request.
-func isServerFault(err error) bool {
-	switch {
-	case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound),
-		errors.Is(err, allocator.ErrExhausted), errors.Is(err, allocator.ErrInvalidNamespace):
-		return false
-	}
-	return true
 }
 
 // namespaceSettings returns cached settings, fetching them from a usable server when stale.
@@ -480,13 +471,13 @@ func (p *Pair) readSettings(ctx context.Context, name string) (allocator.Namespa
 	var errs []error
 	answered := 0
 	for _, s := range p.servers {
-		if !s.usable() {
+		if !s.Usable() {
 			continue
 		}
 		rs, err := s.readRow(ctx, name)
 		if err != nil {
 			if !errors.Is(err, errRowMissing) {
-				errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+				errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 				continue
 			}
 			answered++
@@ -522,17 +513,17 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 	created, existed := 0, 0
 	var errs []error
 	for _, s := range p.servers {
-		if !s.usable() {
-			if s.revive(ctx) != nil {
+		if !s.Usable() {
+			if s.Revive(ctx) != nil {
 				continue
 			}
 		}
 		ok, err := s.insertRow(ctx, ns, 0, nowUS)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
-			if isServerFault(err) {
-				s.markDown(err)
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			if multi.IsServerFault(err) {
+				s.MarkDown(err)
 			}
 		case ok:
 			created++
@@ -548,7 +539,7 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
 	}
 	for _, e := range errs {
-		if !isServerFault(e) {
+		if !multi.IsServerFault(e) {
 			return allocator.Namespace{}, e
 		}
 	}
@@ -577,7 +568,7 @@ func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (all
 	updated := 0
 	var errs []error
 	for _, s := range p.servers {
-		if !s.usable() {
+		if !s.Usable() {
 			continue
 		}
 		err := s.updateRow(ctx, ns, advance, nowUS)
@@ -588,9 +579,9 @@ func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (all
 			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
-			if isServerFault(err) {
-				s.markDown(err)
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			if multi.IsServerFault(err) {
+				s.MarkDown(err)
 			}
 			continue
 		}
@@ -627,8 +618,8 @@ func (p *Pair) Namespace(ctx context.Context, name string) (allocator.Namespace,
 func (p *Pair) serverStates(ctx context.Context, name string) []allocator.ServerState {
 	out := make([]allocator.ServerState, 0, len(p.servers))
 	for _, s := range p.servers {
-		h := s.health()
-		st := allocator.ServerState{Server: s.name, Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
+		h := s.Health()
+		st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
 		if h.Healthy {
 			rs, err := s.readRow(ctx, name)
 			switch {
@@ -656,12 +647,12 @@ func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 	answered := 0
 	var errs []error
 	for _, s := range p.servers {
-		if !s.usable() {
+		if !s.Usable() {
 			continue
 		}
 		rows, err := s.readRows(ctx)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 			continue
 		}
 		answered++
@@ -688,7 +679,7 @@ func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 func (p *Pair) Migrate(ctx context.Context) error {
 	for _, s := range p.servers {
 		if _, err := schema.Migrate(ctx, s.ctl); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			return fmt.Errorf("%s: %w", s.Name(), err)
 		}
 	}
 	return nil
@@ -705,11 +696,11 @@ func (p *Pair) Ticket(ctx context.Context) (id int64, server string, err error) 
 	defer cancel()
 	var errs []error
 	for _, s := range p.order() {
-		if !s.usable() && !s.due(p.cfg.now()) {
+		if !s.Usable() && !s.Due(p.cfg.now()) {
 			continue
 		}
-		if !s.usable() {
-			if err := s.revive(ctx); err != nil {
+		if !s.Usable() {
+			if err := s.Revive(ctx); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -721,13 +712,13 @@ func (p *Pair) Ticket(ctx context.Context) (id int64, server string, err error) 
 			id, err = res.LastInsertId()
 		}
 		if err == nil {
-			return id, s.name, nil
+			return id, s.Name(), nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 		if isDeadlock(err) {
-			return 0, s.name, err // a request error under contention, not a dead server
+			return 0, s.Name(), err // a request error under contention, not a dead server
 		}
-		s.markDown(err)
+		s.MarkDown(err)
 	}
 	return 0, "", fmt.Errorf("%w: ticket: %w", allocator.ErrUnavailable, errors.Join(errs...))
 }
@@ -735,19 +726,6 @@ func (p *Pair) Ticket(ctx context.Context) (id int64, server string, err error) 
 func isDeadlock(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
-}
-
-// firstAtLeast is the smallest x ≥ start with x ≡ offset (mod step), or ok=false past MaxInt64.
-func firstAtLeast(start, step, offset int64) (int64, bool) {
-	if start < 1 {
-		start = 1
-	}
-	r := offset % step
-	d := ((r-start%step)%step + step) % step
-	if start > math.MaxInt64-d {
-		return 0, false
-	}
-	return start + d, true
 }
 
 // ServerName is the name a server gets from its DSN when Config.Names is empty: its host:port.
@@ -783,6 +761,7 @@ func build(cfg Config) (*Pair, error) {
 		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
 	}
 	p := &Pair{cfg: cfg, settings: map[string]cachedSettings{}, done: make(chan struct{})}
+	p.members = multi.Config{Noun: "ticket server", MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Now: cfg.now}
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
@@ -814,7 +793,7 @@ func build(cfg Config) (*Pair, error) {
 			p.closeDBs()
 			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
 		}
-		s := &server{name: name, pair: p}
+		s := &server{Member: multi.NewMember(name, &p.members), pair: p}
 		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
 		s.db.SetMaxOpenConns(cfg.MaxConns)
 		s.db.SetMaxIdleConns(cfg.MaxConns)

@@ -256,18 +256,3 @@ func TestOpenRequiresSchema(t *testing.T) {
 	}
 	p.Close()
 }
-
-func TestFirstAtLeast(t *testing.T) {
-	for _, c := range []struct{ start, step, offset, want int64 }{
-		{1, 2, 1, 1}, {1, 2, 2, 2}, {2, 2, 1, 3}, {1000, 2, 1, 1001}, {1000, 2, 2, 1000},
-		{7, 3, 3, 9}, {7, 3, 1, 7}, {0, 2, 2, 2}, {1, 1, 1, 1},
-	} {
-		got, ok := firstAtLeast(c.start, c.step, c.offset)
-		if !ok || got != c.want {
-			t.Errorf("firstAtLeast(%d, %d, %d) = %d, want %d", c.start, c.step, c.offset, got, c.want)
-		}
-	}
-	if _, ok := firstAtLeast(1<<63-1, 2, 2); ok {
-		t.Error("no even ID at MaxInt64")
-	}
-}

@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
 	"github.com/ticketd/ticketd/schema"
 )
 
@@ -31,7 +31,8 @@ type serverVars struct {
 
 // server is one ticket server and what the pair knows of it. Safe for concurrent use.
 type server struct {
-	name string
+	*multi.Member // in rotation or not, and why: the failover state every backend keeps alike
+
 	db   *sql.DB // leases; every new connection is verified first (see verifySince)
 	ctl  *sql.DB // checks, settings and water marks; never hooked, so checks cannot deadlock on db
 	pair *Pair
@@ -40,17 +41,10 @@ type server struct {
 	verifiedAt time.Time  // when the last successful verification started
 	verifiedOK bool
 
-	reviving sync.Mutex // one revival at a time
-
-	mu        sync.Mutex
-	v         serverVars
-	haveVars  bool // variables read and checked at least once
-	up        bool // checked and answering: leases may go here
-	failures  int
-	retryAt   time.Time
-	lastErr   error
-	downSince time.Time
-	fenced    []string // namespaces below a peer's water mark
+	mu       sync.Mutex
+	v        serverVars
+	haveVars bool     // variables read and checked at least once
+	fenced   []string // namespaces below a peer's water mark
 
 	marks marks // highest counters seen here, for the peers' water marks
 }
@@ -66,82 +60,18 @@ func (s *server) inspected() bool {
 	return ok
 }
 
-func (s *server) usable() bool {
+// Health reports the server's state with its auto_increment settings and whether it is fenced.
+func (s *server) Health() allocator.ServerHealth {
+	h := s.Member.Health()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.up
-}
-
-// due reports whether a down server's backoff has passed.
-func (s *server) due(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.up && !now.Before(s.retryAt)
-}
-
-func (s *server) health() allocator.ServerHealth {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := allocator.ServerHealth{Name: s.name, Healthy: s.up, Step: s.v.increment, Offset: s.v.offset, Fenced: len(s.fenced) > 0}
-	if !s.up {
-		h.Error = "not checked yet"
-		if s.lastErr != nil {
-			h.Error = s.lastErr.Error()
-		}
-	}
+	h.Step, h.Offset, h.Fenced = s.v.increment, s.v.offset, len(s.fenced) > 0
 	return h
 }
 
-// markDown takes the server out of rotation with exponential backoff and jitter.
-func (s *server) markDown(err error) {
-	cfg := s.pair.cfg
-	s.mu.Lock()
-	wasUp := s.up
-	s.up = false
-	s.failures++
-	backoff := cfg.MinBackoff << min(s.failures-1, 20)
-	if backoff > cfg.MaxBackoff || backoff <= 0 {
-		backoff = cfg.MaxBackoff
-	}
-	backoff = backoff/2 + rand.N(backoff/2+1)
-	now := cfg.now()
-	s.retryAt = now.Add(backoff)
-	s.lastErr = err
-	if wasUp {
-		s.downSince = now
-	}
-	s.mu.Unlock()
-	if wasUp {
-		cfg.Logger.Warn("ticket server down; leasing from the others", "server", s.name, "retry_in", backoff.Round(time.Millisecond), "err", err)
-	}
-}
-
-func (s *server) markUp() {
-	s.mu.Lock()
-	if !s.up {
-		s.mu.Unlock()
-		return // only a revival (which re-checks the server) brings it back
-	}
-	s.failures = 0
-	s.mu.Unlock()
-}
-
-// revive checks a down server again (variables, peers, rows, water marks) and puts it back in rotation.
-func (s *server) revive(ctx context.Context) error {
-	s.reviving.Lock()
-	defer s.reviving.Unlock()
-	if s.usable() {
-		return nil
-	}
-	if err := s.admit(ctx); err != nil {
-		s.markDown(err)
-		return err
-	}
-	s.mu.Lock()
-	since := s.downSince
-	s.mu.Unlock()
-	s.pair.cfg.Logger.Info("ticket server back in rotation", "server", s.name, "down_for", s.pair.cfg.now().Sub(since).Round(time.Millisecond))
-	return nil
+// Revive checks a down server again (variables, peers, rows, water marks) and puts it back in rotation.
+func (s *server) Revive(ctx context.Context) error {
+	return s.ReviveWith(ctx, func(ctx context.Context) error { return s.verifySince(ctx, time.Now()) })
 }
 
 // verifyingConnector checks the server behind every new lease connection before the connection is used.
@@ -177,7 +107,7 @@ func (s *server) verifySince(ctx context.Context, t time.Time) error {
 	err := s.verify(ctx)
 	s.verifiedAt, s.verifiedOK = start, err == nil
 	if err != nil {
-		s.markDown(err)
+		s.MarkDown(err)
 	}
 	return err
 }
@@ -201,12 +131,10 @@ func (s *server) inspect(ctx context.Context) error {
 	defer cancel()
 	v, err := readVars(ctx, s.ctl)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.name, err)
+		return fmt.Errorf("%s: %w", s.Name(), err)
 	}
-	if err := errors.Join(v.problems(s.name)...); err != nil {
-		s.mu.Lock()
-		s.lastErr = err
-		s.mu.Unlock()
+	if err := errors.Join(v.problems(s.Name())...); err != nil {
+		s.NoteError(err)
 		return err
 	}
 	s.mu.Lock()
@@ -220,9 +148,7 @@ func (s *server) admit(ctx context.Context) error {
 	if err := s.verifySince(ctx, time.Now()); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.up, s.failures, s.lastErr = true, 0, nil
-	s.mu.Unlock()
+	s.MarkUsable()
 	return nil
 }
 
@@ -234,14 +160,14 @@ func (s *server) checkRows(ctx context.Context) error {
 	defer cancel()
 	if s.pair.cfg.Migrate {
 		if _, err := schema.Migrate(ctx, s.ctl); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			return fmt.Errorf("%s: %w", s.Name(), err)
 		}
 	}
 	rows, err := s.readRows(ctx)
 	if err != nil {
 		var missing *missingSchemaError
 		if errors.As(err, &missing) {
-			return fmt.Errorf("%w: %s has no ticketd schema; run `ticketd migrate` first", allocator.ErrMisconfigured, s.name)
+			return fmt.Errorf("%w: %s has no ticketd schema; run `ticketd migrate` first", allocator.ErrMisconfigured, s.Name())
 		}
 		return err
 	}
@@ -252,7 +178,7 @@ func (s *server) checkRows(ctx context.Context) error {
 		mine[r.ns.Name] = true
 		if r.step != v.increment || r.offset != v.offset || r.next%r.step != v.offset%v.increment {
 			errs = append(errs, fmt.Errorf("%w: namespace %q on %s was created with step %d offset %d (next %d) but the server now runs with auto_increment_increment %d offset %d; restore the server's settings",
-				allocator.ErrMisconfigured, r.ns.Name, s.name, r.step, r.offset, r.next, v.increment, v.offset))
+				allocator.ErrMisconfigured, r.ns.Name, s.Name(), r.step, r.offset, r.next, v.increment, v.offset))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -281,7 +207,7 @@ func (s *server) syncFromPeers(ctx context.Context, mine map[string]bool) error 
 	// apart from theirs, and starting high keeps them roughly in time order with the peers' IDs.
 	missing := map[string]rowSettings{}
 	for _, peer := range s.pair.servers {
-		if peer == s || !peer.usable() {
+		if peer == s || !peer.Usable() {
 			continue
 		}
 		prows, err := peer.readRows(ctx)
@@ -379,9 +305,9 @@ func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) 
 	if end%v.increment != v.offset%v.increment {
 		// Only a row edited by hand gets here; refuse rather than risk the other server's IDs.
 		return allocator.Block{}, fmt.Errorf("%w: %s returned counter %d, not ≡ offset %d (mod %d); namespace %q's row was changed outside ticketd",
-			allocator.ErrMisconfigured, s.name, end, v.offset, v.increment, ns.Name)
+			allocator.ErrMisconfigured, s.Name(), end, v.offset, v.increment, ns.Name)
 	}
-	blk, err := allocator.BlockEnding(ns.Name, s.name, end, v.increment, size, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
+	blk, err := allocator.BlockEnding(ns.Name, s.Name(), end, v.increment, size, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
 	if err != nil {
 		return blk, err
 	}
@@ -399,16 +325,16 @@ func (s *server) whyNoLease(ctx context.Context, name string, size int64) error 
 		return fmt.Errorf("%w: %d is above namespace %q's max_block_size %d", allocator.ErrInvalidSize, size, name, r.ns.MaxBlockSize)
 	}
 	return fmt.Errorf("%w: %s's counter for %q is %d; %d more IDs of step %d would pass %d",
-		allocator.ErrExhausted, s.name, name, r.next, size, r.step, int64(math.MaxInt64))
+		allocator.ErrExhausted, s.Name(), name, r.next, size, r.step, int64(math.MaxInt64))
 }
 
 // insertRow creates the namespace's row unless it exists; ok reports whether it was created. The
 // counter starts at the first ID of this server's residue at or above both ns.Start and from.
 func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, from, nowUS int64) (bool, error) {
 	v, _ := s.vars()
-	first, ok := firstAtLeast(max(ns.Start, from), v.increment, v.offset)
+	first, ok := multi.FirstAtLeast(max(ns.Start, from), v.increment, v.offset)
 	if !ok {
-		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, ns.Start, s.name, v.offset, v.increment)
+		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, ns.Start, s.Name(), v.offset, v.increment)
 	}
 	res, err := s.ctl.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
 		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, created_us, updated_us)
@@ -425,7 +351,7 @@ func (s *server) insertRow(ctx context.Context, ns allocator.Namespace, from, no
 func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace, from int64) error {
 	_, err := s.insertRow(ctx, ns, from, s.pair.cfg.now().UnixMicro())
 	if err == nil {
-		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.name, "namespace", ns.Name)
+		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.Name(), "namespace", ns.Name)
 	}
 	return err
 }
@@ -435,9 +361,9 @@ func (s *server) updateRow(ctx context.Context, ns allocator.Namespace, advance,
 	v, _ := s.vars()
 	floor := int64(1)
 	if advance > 0 {
-		f, ok := firstAtLeast(advance, v.increment, v.offset)
+		f, ok := multi.FirstAtLeast(advance, v.increment, v.offset)
 		if !ok {
-			return fmt.Errorf("%w: start %d leaves no ID for %s", allocator.ErrExhausted, advance, s.name)
+			return fmt.Errorf("%w: start %d leaves no ID for %s", allocator.ErrExhausted, advance, s.Name())
 		}
 		floor = f
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
 )
 
 // The restored-backup guard. A ticket server restored from an old backup comes back with counters that
@@ -79,7 +80,7 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 			continue
 		}
 		for _, peer := range p.servers {
-			if peer == s || !peer.usable() {
+			if peer == s || !peer.Usable() {
 				continue
 			}
 			for ns, high := range s.marks.pending(peer) {
@@ -87,7 +88,7 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 					VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`,
 					ns, v.offset, high, p.cfg.now().UnixMicro())
 				if err != nil {
-					errs = append(errs, fmt.Errorf("water mark of %s on %s: %w", s.name, peer.name, err))
+					errs = append(errs, fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err))
 					break
 				}
 				s.marks.wrote(peer, ns, high)
@@ -125,10 +126,10 @@ func (p *Pair) peerMarks(ctx context.Context, s *server) (map[string]watermark, 
 		rows, err := peer.ctl.QueryContext(qctx, "SELECT namespace, high_water FROM ticketd_watermarks WHERE peer_offset = ?", v.offset)
 		if err != nil {
 			cancel()
-			if isNoSuchTable(err) || !peer.usable() {
+			if isNoSuchTable(err) || !peer.Usable() {
 				continue
 			}
-			return nil, fmt.Errorf("reading water marks on %s: %w", peer.name, err)
+			return nil, fmt.Errorf("reading water marks on %s: %w", peer.Name(), err)
 		}
 		for rows.Next() {
 			var ns string
@@ -139,7 +140,7 @@ func (p *Pair) peerMarks(ctx context.Context, s *server) (map[string]watermark, 
 				return nil, err
 			}
 			if h > out[ns].value {
-				out[ns] = watermark{value: h, holder: peer.name}
+				out[ns] = watermark{value: h, holder: peer.Name()}
 			}
 		}
 		rows.Close()
@@ -191,8 +192,8 @@ func (p *Pair) checkFence(ctx context.Context, s *server) error {
 		return nil
 	}
 	err = fmt.Errorf("%w: %s looks restored from an old backup (%s); it serves nothing until an operator checks it and runs: ticketd repair %s --server %s",
-		allocator.ErrFenced, s.name, strings.Join(details, "; "), fenced[0], s.name)
-	p.cfg.Logger.Error("ticket server fenced", "server", s.name, "namespaces", fenced, "err", err)
+		allocator.ErrFenced, s.Name(), strings.Join(details, "; "), fenced[0], s.Name())
+	p.cfg.Logger.Error("ticket server fenced", "server", s.Name(), "namespaces", fenced, "err", err)
 	return err
 }
 
@@ -215,7 +216,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 	}
 	var s *server
 	for _, c := range p.servers {
-		if c.name == serverName {
+		if c.Name() == serverName {
 			s = c
 		}
 	}
@@ -231,7 +232,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 	if err != nil {
 		return RepairResult{}, err
 	}
-	res := RepairResult{Server: s.name, Namespace: namespace, Watermark: marks[namespace].value}
+	res := RepairResult{Server: s.Name(), Namespace: namespace, Watermark: marks[namespace].value}
 	row, err := s.readRow(ctx, namespace)
 	switch {
 	case errors.Is(err, errRowMissing):
@@ -253,9 +254,9 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 		margin = 100 * row.ns.MaxBlockSize * row.step
 	}
 	v, _ := s.vars()
-	target, ok := firstAtLeast(max(res.Watermark, row.next)+margin, v.increment, v.offset)
+	target, ok := multi.FirstAtLeast(max(res.Watermark, row.next)+margin, v.increment, v.offset)
 	if !ok {
-		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, s.name)
+		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, s.Name())
 	}
 	if _, err := s.ctl.ExecContext(ctx, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ?", target, namespace); err != nil {
 		return res, err
@@ -265,8 +266,8 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 	}
 	res.After = row.next
 	s.marks.observe(namespace, row.next)
-	if !s.usable() {
-		if err := s.revive(ctx); err != nil && !errors.Is(err, allocator.ErrFenced) {
+	if !s.Usable() {
+		if err := s.Revive(ctx); err != nil && !errors.Is(err, allocator.ErrFenced) {
 			return res, err
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
 )
 
 // errMissing means the instance lacks a namespace (settings or counter) that another instance has.
@@ -57,107 +57,31 @@ func parseRecord(name string, m map[string]string) (record, error) {
 
 // instance is one Redis ticket server and what the store knows of it. Safe for concurrent use.
 type instance struct {
-	name   string
+	*multi.Member // in rotation or not, and why: the failover state every backend keeps alike
+
 	client *goredis.Client
 	offset int64
 	store  *Store
 
-	reviving sync.Mutex // one revival at a time
-
-	mu        sync.Mutex
-	up        bool // checked and answering: leases may go here
-	failures  int
-	retryAt   time.Time
-	lastErr   error
-	downSince time.Time
-	warned    bool // the volatile warning was logged
+	mu     sync.Mutex
+	warned bool // the volatile warning was logged
 }
 
-func (in *instance) usable() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.up
-}
-
-// due reports whether a down instance's backoff has passed.
-func (in *instance) due(now time.Time) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return !in.up && !now.Before(in.retryAt)
-}
-
-func (in *instance) health() allocator.ServerHealth {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	h := allocator.ServerHealth{Name: in.name, Healthy: in.up, Step: in.store.cfg.Stride, Offset: in.offset}
-	if !in.up {
-		h.Error = "not checked yet"
-		if in.lastErr != nil {
-			h.Error = in.lastErr.Error()
-		}
-	}
+// Health reports the instance's state with its stride and offset.
+func (in *instance) Health() allocator.ServerHealth {
+	h := in.Member.Health()
+	h.Step, h.Offset = in.store.cfg.Stride, in.offset
 	return h
 }
 
-func (in *instance) setUp() {
-	in.mu.Lock()
-	in.up, in.failures, in.lastErr = true, 0, nil
-	in.mu.Unlock()
-}
-
-// markDown takes the instance out of rotation with exponential backoff and jitter.
-func (in *instance) markDown(err error) {
-	cfg := in.store.cfg
-	in.mu.Lock()
-	wasUp := in.up
-	in.up = false
-	in.failures++
-	backoff := cfg.MinBackoff << min(in.failures-1, 20)
-	if backoff > cfg.MaxBackoff || backoff <= 0 {
-		backoff = cfg.MaxBackoff
-	}
-	backoff = backoff/2 + rand.N(backoff/2+1)
-	now := cfg.now()
-	in.retryAt = now.Add(backoff)
-	in.lastErr = err
-	if wasUp {
-		in.downSince = now
-	}
-	in.mu.Unlock()
-	if wasUp {
-		cfg.Logger.Warn("Redis instance down; leasing from the others", "server", in.name, "retry_in", backoff.Round(time.Millisecond), "err", err)
-	}
-}
-
-func (in *instance) markUp() {
-	in.mu.Lock()
-	if in.up { // only a revival (which re-checks the instance) brings a down one back
-		in.failures = 0
-	}
-	in.mu.Unlock()
-}
-
-// revive checks a down instance again (durability, identity, namespaces) and puts it back in rotation.
-func (in *instance) revive(ctx context.Context) error {
-	in.reviving.Lock()
-	defer in.reviving.Unlock()
-	if in.usable() {
-		return nil
-	}
-	err := in.inspect(ctx)
-	if err == nil {
-		err = in.syncFromPeers(ctx)
-	}
-	if err != nil {
-		in.markDown(err)
-		return err
-	}
-	in.mu.Lock()
-	since := in.downSince
-	in.mu.Unlock()
-	in.setUp()
-	in.store.cfg.Logger.Info("Redis instance back in rotation", "server", in.name, "down_for", in.store.cfg.now().Sub(since).Round(time.Millisecond))
-	return nil
+// Revive checks a down instance again (durability, identity, namespaces) and puts it back in rotation.
+func (in *instance) Revive(ctx context.Context) error {
+	return in.ReviveWith(ctx, func(ctx context.Context) error {
+		if err := in.inspect(ctx); err != nil {
+			return err
+		}
+		return in.syncFromPeers(ctx)
+	})
 }
 
 // inspect checks that the instance keeps acknowledged writes and serves the configured offset. A
@@ -170,9 +94,7 @@ func (in *instance) inspect(ctx context.Context) error {
 		err = in.claim(ctx)
 	}
 	if err != nil {
-		in.mu.Lock()
-		in.lastErr = err
-		in.mu.Unlock()
+		in.NoteError(err)
 	}
 	return err
 }
@@ -206,10 +128,10 @@ func (in *instance) checkDurability(ctx context.Context) error {
 	if _, err := pipe.Exec(ctx); err != nil {
 		if isRefusal(err) && !cfg.AllowVolatile {
 			return fmt.Errorf("%w: cannot read the persistence settings of Redis %s (CONFIG GET: %v); allow CONFIG GET for ticketd's user, or accept that a restart may reissue IDs with AllowVolatile (ticketd: --allow-volatile-redis)",
-				allocator.ErrMisconfigured, in.name, err)
+				allocator.ErrMisconfigured, in.Name(), err)
 		}
 		if !isRefusal(err) {
-			return fmt.Errorf("%s: %w", in.name, err)
+			return fmt.Errorf("%s: %w", in.Name(), err)
 		}
 		in.warnVolatile("persistence settings unreadable: " + err.Error())
 		return nil
@@ -232,7 +154,7 @@ func (in *instance) checkDurability(ctx context.Context) error {
 		return fmt.Errorf("%w: Redis %s can lose acknowledged writes, and a lost lease means IDs issued twice: %s. "+
 			"Set appendonly yes, appendfsync always and maxmemory-policy noeviction (in redis.conf, or CONFIG SET then CONFIG REWRITE), "+
 			"or accept that a restart may reissue IDs with AllowVolatile (ticketd: --allow-volatile-redis)",
-			allocator.ErrMisconfigured, in.name, why)
+			allocator.ErrMisconfigured, in.Name(), why)
 	}
 	in.warnVolatile(why)
 	return nil
@@ -245,7 +167,7 @@ func (in *instance) warnVolatile(why string) {
 	in.mu.Unlock()
 	if !warned {
 		in.store.cfg.Logger.Warn("Redis instance can lose acknowledged writes: a restart can move a counter back and reissue IDs (allowed by configuration)",
-			"server", in.name, "why", why)
+			"server", in.Name(), "why", why)
 	}
 }
 
@@ -254,23 +176,23 @@ func (in *instance) warnVolatile(why string) {
 func (in *instance) claim(ctx context.Context) error {
 	cfg := in.store.cfg
 	res, err := identityScript.Run(ctx, in.client, []string{in.store.keys.identity()},
-		cfg.Stride, in.offset, in.name, cfg.now().UnixMicro()).StringSlice()
+		cfg.Stride, in.offset, in.Name(), cfg.now().UnixMicro()).StringSlice()
 	if err != nil {
-		return fmt.Errorf("%s: %w", in.name, err)
+		return fmt.Errorf("%s: %w", in.Name(), err)
 	}
 	if res[0] != "conflict" || len(res) < 4 {
 		return nil
 	}
 	stride, offset, via := res[1], res[2], res[3]
 	for _, other := range in.store.instances {
-		if other != in && other.name == via && strconv.FormatInt(other.offset, 10) == offset && strconv.FormatInt(cfg.Stride, 10) == stride {
+		if other != in && other.Name() == via && strconv.FormatInt(other.offset, 10) == offset && strconv.FormatInt(cfg.Stride, 10) == stride {
 			return fmt.Errorf("%w: %s and %s are one Redis instance (it serves offset %s, claimed via %s); list each instance once",
-				allocator.ErrMisconfigured, via, in.name, offset, via)
+				allocator.ErrMisconfigured, via, in.Name(), offset, via)
 		}
 	}
 	return fmt.Errorf("%w: Redis %s (key prefix %q) serves offset %s of stride %s (first claimed via %s) but is configured as offset %d of stride %d, "+
 		"which could issue IDs another instance issues; configure it as it was (offsets follow the order of the addresses unless set)",
-		allocator.ErrMisconfigured, in.name, cfg.KeyPrefix, offset, stride, via, in.offset, cfg.Stride)
+		allocator.ErrMisconfigured, in.Name(), cfg.KeyPrefix, offset, stride, via, in.offset, cfg.Stride)
 }
 
 // syncFromPeers gives the instance the namespaces that the usable instances have and it lacks, and
@@ -282,7 +204,7 @@ func (in *instance) syncFromPeers(ctx context.Context) error {
 	}
 	peers := map[string]record{}
 	for _, p := range in.store.instances {
-		if p == in || !p.usable() {
+		if p == in || !p.Usable() {
 			continue
 		}
 		if recs, err := p.readRecords(ctx); err == nil {
@@ -298,7 +220,7 @@ func (in *instance) syncFromPeers(ctx context.Context) error {
 			err = in.update(ctx, r)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: namespace %q: %w", in.name, name, err)
+			return fmt.Errorf("%s: namespace %q: %w", in.Name(), name, err)
 		}
 	}
 	return nil
@@ -367,22 +289,22 @@ func (in *instance) lease(ctx context.Context, ns allocator.Namespace, size int6
 	case "ok":
 		first, err := strconv.ParseInt(arg, 10, 64)
 		if err != nil || first < 1 {
-			return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q was %q", allocator.ErrMisconfigured, in.name, ns.Name, arg)
+			return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q was %q", allocator.ErrMisconfigured, in.Name(), ns.Name, arg)
 		}
-		return allocator.BlockEnding(ns.Name, in.name, first+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
+		return allocator.BlockEnding(ns.Name, in.Name(), first+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
 	case "missing":
 		return allocator.Block{}, errMissing
 	case "size":
 		return allocator.Block{}, fmt.Errorf("%w: %d is above namespace %q's max_block_size %s", allocator.ErrInvalidSize, size, ns.Name, arg)
 	case "exhausted":
 		return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q is %s; %d more IDs of step %d would pass %d",
-			allocator.ErrExhausted, in.name, ns.Name, arg, size, stride, int64(math.MaxInt64))
+			allocator.ErrExhausted, in.Name(), ns.Name, arg, size, stride, int64(math.MaxInt64))
 	case "residue":
 		return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q is %s, not ≡ offset %d (mod %d); it was changed outside ticketd",
-			allocator.ErrMisconfigured, in.name, ns.Name, arg, in.offset, stride)
+			allocator.ErrMisconfigured, in.Name(), ns.Name, arg, in.offset, stride)
 	default:
 		return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
-			allocator.ErrMisconfigured, in.name, ns.Name, arg)
+			allocator.ErrMisconfigured, in.Name(), ns.Name, arg)
 	}
 }
 
@@ -390,9 +312,9 @@ func (in *instance) lease(ctx context.Context, ns allocator.Namespace, size int6
 // starts at the first ID of this instance's residue at or above the namespace's start (or floor).
 func (in *instance) create(ctx context.Context, rec record) (created bool, err error) {
 	stride := in.store.cfg.Stride
-	first, ok := firstAtLeast(max(rec.ns.Start, rec.floor), stride, in.offset)
+	first, ok := multi.FirstAtLeast(max(rec.ns.Start, rec.floor), stride, in.offset)
 	if !ok {
-		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(rec.ns.Start, rec.floor), in.name, in.offset, stride)
+		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(rec.ns.Start, rec.floor), in.Name(), in.offset, stride)
 	}
 	k := in.store.keys
 	res, err := createScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name), k.index()},
@@ -407,7 +329,7 @@ func (in *instance) create(ctx context.Context, rec record) (created bool, err e
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
-			allocator.ErrMisconfigured, in.name, rec.ns.Name, strings.Join(res[1:], " "))
+			allocator.ErrMisconfigured, in.Name(), rec.ns.Name, strings.Join(res[1:], " "))
 	}
 }
 
@@ -415,7 +337,7 @@ func (in *instance) create(ctx context.Context, rec record) (created bool, err e
 func (in *instance) ensure(ctx context.Context, rec record) error {
 	created, err := in.create(ctx, rec)
 	if created {
-		in.store.cfg.Logger.Info("namespace created on a Redis instance that missed it", "server", in.name, "namespace", rec.ns.Name)
+		in.store.cfg.Logger.Info("namespace created on a Redis instance that missed it", "server", in.Name(), "namespace", rec.ns.Name)
 	}
 	return err
 }
@@ -426,9 +348,9 @@ func (in *instance) update(ctx context.Context, rec record) error {
 	stride := in.store.cfg.Stride
 	var floorCounter int64
 	if rec.floor > 0 {
-		f, ok := firstAtLeast(rec.floor, stride, in.offset)
+		f, ok := multi.FirstAtLeast(rec.floor, stride, in.offset)
 		if !ok {
-			return fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, rec.floor, in.name, in.offset, stride)
+			return fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, rec.floor, in.Name(), in.offset, stride)
 		}
 		floorCounter = f
 	}
@@ -452,6 +374,6 @@ func (in *instance) update(ctx context.Context, rec record) error {
 		return errMissing
 	default:
 		return fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
-			allocator.ErrMisconfigured, in.name, rec.ns.Name, strings.Join(res[1:], " "))
+			allocator.ErrMisconfigured, in.Name(), rec.ns.Name, strings.Join(res[1:], " "))
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"sort"
@@ -21,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
 )
 
 // MaxStride bounds Config.Stride.
@@ -200,6 +200,7 @@ type Store struct {
 	keys      keys
 	instances []*instance
 	next      atomic.Uint64 // round-robin cursor
+	members   multi.Config  // the instances' backoff
 
 	settingsMu sync.Mutex
 	settings   map[string]cachedSettings
@@ -228,6 +229,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, settings: map[string]cachedSettings{}, done: make(chan struct{})}
+	s.members = multi.Config{Noun: "Redis instance", MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Now: cfg.now}
 	seen := map[string]bool{}
 	for i, addr := range cfg.Addrs {
 		opt, err := clientOptions(addr, cfg)
@@ -244,7 +246,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redis: instance %s is listed twice; list each instance once", name)
 		}
 		seen[name] = true
-		s.instances = append(s.instances, &instance{name: name, client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
+		s.instances = append(s.instances, &instance{Member: multi.NewMember(name, &s.members), client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
 	}
 
 	errs := make([]error, len(s.instances))
@@ -277,17 +279,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	for i, in := range s.instances {
 		if errs[i] == nil {
-			in.setUp()
+			in.MarkUsable()
 			continue
 		}
-		cfg.Logger.Warn("Redis instance unreachable at start; serving from the others", "server", in.name, "err", errs[i])
-		in.markDown(errs[i])
+		cfg.Logger.Warn("Redis instance unreachable at start; serving from the others", "server", in.Name(), "err", errs[i])
+		in.MarkDown(errs[i])
 	}
 	// Instances that missed namespace changes while they were away catch up from the others.
 	for _, in := range s.instances {
-		if in.usable() {
+		if in.Usable() {
 			if err := in.syncFromPeers(ctx); err != nil {
-				cfg.Logger.Warn("could not copy namespaces from the other Redis instances", "server", in.name, "err", err)
+				cfg.Logger.Warn("could not copy namespaces from the other Redis instances", "server", in.Name(), "err", err)
 			}
 		}
 	}
@@ -300,7 +302,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 func (s *Store) names() string {
 	n := make([]string, len(s.instances))
 	for i, in := range s.instances {
-		n[i] = in.name
+		n[i] = in.Name()
 	}
 	return strings.Join(n, ", ")
 }
@@ -317,11 +319,11 @@ func (s *Store) probe() {
 		case <-t.C:
 		}
 		for _, in := range s.instances {
-			if in.usable() || !in.due(s.cfg.now()) {
+			if in.Usable() || !in.Due(s.cfg.now()) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
-			_ = in.revive(ctx)
+			_ = in.Revive(ctx)
 			cancel()
 		}
 	}
@@ -348,7 +350,7 @@ func (s *Store) closeClients() {
 func (s *Store) Servers() []string {
 	out := make([]string, len(s.instances))
 	for i, in := range s.instances {
-		out[i] = in.name
+		out[i] = in.Name()
 	}
 	return out
 }
@@ -357,7 +359,7 @@ func (s *Store) Servers() []string {
 func (s *Store) Health() []allocator.ServerHealth {
 	out := make([]allocator.ServerHealth, len(s.instances))
 	for i, in := range s.instances {
-		out[i] = in.health()
+		out[i] = in.Health()
 	}
 	return out
 }
@@ -372,7 +374,7 @@ func (s *Store) order(prefer string) []*instance {
 	}
 	if prefer != "" {
 		for i, in := range out {
-			if in.name == prefer {
+			if in.Name() == prefer {
 				out[0], out[i] = out[i], out[0]
 				break
 			}
@@ -429,9 +431,9 @@ func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, pre
 		case errors.Is(err, allocator.ErrExhausted):
 			exhausted++
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+		errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
 		if s.cfg.Observer != nil {
-			s.cfg.Observer.ObserveFailover(in.name)
+			s.cfg.Observer.ObserveFailover(in.Name())
 		}
 		return blk, false, nil
 	}
@@ -440,7 +442,7 @@ func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, pre
 	order := s.order(prefer)
 	for pass := 0; pass < 2; pass++ {
 		for _, in := range order {
-			if tried[in] || (pass == 0 && !in.usable() && !in.due(s.cfg.now())) {
+			if tried[in] || (pass == 0 && !in.Usable() && !in.Due(s.cfg.now())) {
 				continue
 			}
 			if ctx.Err() != nil {
@@ -462,8 +464,8 @@ func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, pre
 
 // leaseOn makes one attempt on one instance, reviving it first if it was down.
 func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
-	if !in.usable() {
-		if err := in.revive(ctx); err != nil {
+	if !in.Usable() {
+		if err := in.Revive(ctx); err != nil {
 			return allocator.Block{}, err
 		}
 	}
@@ -478,27 +480,21 @@ func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int6
 		}
 	}
 	if s.cfg.Observer != nil {
-		s.cfg.Observer.ObserveLease(in.name, s.cfg.now().Sub(start), err)
+		s.cfg.Observer.ObserveLease(in.Name(), s.cfg.now().Sub(start), err)
 	}
 	if err != nil && isServerFault(err) && ctx.Err() == nil {
-		in.markDown(err)
+		in.MarkDown(err)
 	}
 	if err == nil {
-		in.markUp()
+		in.MarkUp()
 	}
 	return blk, err
 }
 
 // isServerFault reports whether err says the instance (or the way to it) failed, rather than the
-// request.
+// request. Lacking a namespace is not a fault: the instance is given it (see leaseOn).
 func isServerFault(err error) bool {
-	switch {
-	case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound),
-		errors.Is(err, allocator.ErrExhausted), errors.Is(err, allocator.ErrInvalidNamespace),
-		errors.Is(err, errMissing):
-		return false
-	}
-	return true
+	return !errors.Is(err, errMissing) && multi.IsServerFault(err)
 }
 
 // namespaceSettings returns cached settings, fetching them from a usable instance when stale.
@@ -534,7 +530,7 @@ func (s *Store) forgetSettings(name string) {
 func (s *Store) usableOrRevived(ctx context.Context) []*instance {
 	var out []*instance
 	for _, in := range s.instances {
-		if in.usable() {
+		if in.Usable() {
 			out = append(out, in)
 		}
 	}
@@ -542,7 +538,7 @@ func (s *Store) usableOrRevived(ctx context.Context) []*instance {
 		return out
 	}
 	for _, in := range s.instances {
-		if in.due(s.cfg.now()) && in.revive(ctx) == nil {
+		if in.Due(s.cfg.now()) && in.Revive(ctx) == nil {
 			out = append(out, in)
 		}
 	}
@@ -560,7 +556,7 @@ func (s *Store) readSettings(ctx context.Context, name string) (record, error) {
 		case errors.Is(err, errMissing):
 			answered++
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
 		default:
 			answered++
 			if best == nil || rec.updatedUS > best.updatedUS {
@@ -594,15 +590,15 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	created, existed := 0, 0
 	var errs []error
 	for _, in := range s.instances {
-		if !in.usable() && (!in.due(s.cfg.now()) || in.revive(ctx) != nil) {
+		if !in.Usable() && (!in.Due(s.cfg.now()) || in.Revive(ctx) != nil) {
 			continue // it gets the namespace when it comes back
 		}
 		ok, err := in.create(ctx, rec)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
 			if isServerFault(err) {
-				in.markDown(err)
+				in.MarkDown(err)
 			}
 		case ok:
 			created++
@@ -648,13 +644,13 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	updated := 0
 	var errs []error
 	for _, in := range s.instances {
-		if !in.usable() {
+		if !in.Usable() {
 			continue
 		}
 		if err := in.update(ctx, rec); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
 			if isServerFault(err) {
-				in.markDown(err)
+				in.MarkDown(err)
 			}
 			continue
 		}
@@ -702,7 +698,7 @@ func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 	for _, in := range s.usableOrRevived(ctx) {
 		recs, err := in.readRecords(ctx)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", in.name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
 			continue
 		}
 		answered++
@@ -739,8 +735,8 @@ func mergeLatest(latest map[string]record, recs map[string]record) {
 func (s *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
 	out := make(map[string][]allocator.ServerState, len(names))
 	for _, in := range s.instances {
-		h := in.health()
-		base := allocator.ServerState{Server: in.name, Step: s.cfg.Stride, Offset: in.offset, Healthy: h.Healthy, Error: h.Error}
+		h := in.Health()
+		base := allocator.ServerState{Server: in.Name(), Step: s.cfg.Stride, Offset: in.offset, Healthy: h.Healthy, Error: h.Error}
 		var counters []*goredis.StringCmd
 		var perr error
 		if h.Healthy && len(names) > 0 {
@@ -773,19 +769,6 @@ func (s *Store) serverStates(ctx context.Context, names []string) map[string][]a
 		}
 	}
 	return out
-}
-
-// firstAtLeast is the smallest x ≥ start with x ≡ offset (mod stride), or ok=false past MaxInt64.
-func firstAtLeast(start, stride, offset int64) (int64, bool) {
-	if start < 1 {
-		start = 1
-	}
-	r := offset % stride
-	d := ((r-start%stride)%stride + stride) % stride
-	if start > math.MaxInt64-d {
-		return 0, false
-	}
-	return start + d, true
 }
 
 // RouteClientLogs sends the go-redis client's own log lines (failed dials and the like, which the store

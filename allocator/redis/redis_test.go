@@ -322,21 +322,6 @@ func TestCounterChangedOutsideTicketdIsRefused(t *testing.T) {
 	}
 }
 
-func TestFirstAtLeast(t *testing.T) {
-	for _, c := range []struct{ start, stride, offset, want int64 }{
-		{1, 2, 1, 1}, {1, 2, 2, 2}, {2, 2, 1, 3}, {1000, 2, 1, 1001}, {1000, 2, 2, 1000},
-		{7, 3, 3, 9}, {7, 3, 1, 7}, {0, 2, 2, 2}, {1, 1, 1, 1}, {math.MaxInt64, 1, 1, math.MaxInt64},
-	} {
-		got, ok := firstAtLeast(c.start, c.stride, c.offset)
-		if !ok || got != c.want {
-			t.Errorf("firstAtLeast(%d, %d, %d) = %d, %v; want %d", c.start, c.stride, c.offset, got, ok, c.want)
-		}
-	}
-	if _, ok := firstAtLeast(math.MaxInt64, 2, 2); ok {
-		t.Error("no even ID at MaxInt64")
-	}
-}
-
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"redis://:secret@db:6379/0":    "redis://…@db:6379/0",
