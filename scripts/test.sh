@@ -15,6 +15,9 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+# Files for people to look at (such as the status page's screenshot) land here, not in a temp dir.
+export TICKETD_ARTIFACTS="${TICKETD_ARTIFACTS:-$PWD/test-artifacts}"
+mkdir -p "$TICKETD_ARTIFACTS"
 go test -race -count=1 -timeout 45m "$@" ./...
 # Every fuzz target, briefly, on top of its kept corpus (testdata/fuzz).
 if (($# == 0)); then

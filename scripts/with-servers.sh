@@ -17,6 +17,8 @@ need_pkg=()
 command -v mariadbd >/dev/null 2>&1 || need_pkg+=(mariadb-server)
 command -v mariadb-install-db >/dev/null 2>&1 || need_pkg+=(mariadb-server)
 command -v redis-server >/dev/null 2>&1 || need_pkg+=(redis-server)
+# The status page's test loads it in a real headless browser.
+command -v chromium >/dev/null 2>&1 || need_pkg+=(chromium)
 if ((${#need_pkg[@]})); then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "with-servers: installing ${need_pkg[*]}" >&2

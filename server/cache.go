@@ -527,6 +527,55 @@ type spaceStats struct {
 }
 
 func (c *segmentCache) stats() []spaceStats {
+	views := c.views()
+	out := make([]spaceStats, 0, len(views))
+	for _, v := range views {
+		st := spaceStats{Namespace: v.Namespace, SegmentSize: v.NextSize, Remaining: v.Remaining}
+		for _, seg := range v.Segments {
+			if !seg.Stale && seg.Remaining > 0 {
+				st.Segments++
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// segmentView is one cached segment as the status page shows it.
+type segmentView struct {
+	Role      string // "current" or "next"
+	Block     allocator.Block
+	Last      int64     // the block's last ID
+	Taken     int64     // IDs carved from it
+	Remaining int64     // IDs left
+	NextID    int64     // the first ID not yet handed out; meaningful while Remaining > 0
+	StaleAt   time.Time // zero: never; from then on it serves nothing
+	Stale     bool
+}
+
+// spaceView is one namespace's cache as the status page shows it.
+type spaceView struct {
+	Namespace string
+	Segments  []segmentView // current first, then next; those there are
+	Remaining int64         // IDs left in the segments that still serve
+	NextSize  int64         // size of the next segment lease; 0 before the first
+	Fetching  bool          // a backend call is in flight
+	Failures  int           // consecutive failed calls
+	LastError string        // of the last call, while it failed
+}
+
+func viewOf(role string, seg *segment, now time.Time) segmentView {
+	v := segmentView{Role: role, Block: seg.blk, Taken: min(seg.taken.Load(), seg.blk.Size), Remaining: seg.remaining(),
+		StaleAt: seg.staleAt, Stale: !seg.fresh(now)}
+	v.Last, _ = seg.blk.Last()
+	if v.Remaining > 0 {
+		v.NextID, _ = seg.blk.ID(v.Taken)
+	}
+	return v
+}
+
+// views returns every namespace's cache, sorted by name.
+func (c *segmentCache) views() []spaceView {
 	c.mu.RLock()
 	spaces := make([]*space, 0, len(c.spaces))
 	for _, sp := range c.spaces {
@@ -534,20 +583,27 @@ func (c *segmentCache) stats() []spaceStats {
 	}
 	c.mu.RUnlock()
 	now := c.now()
-	out := make([]spaceStats, 0, len(spaces))
+	out := make([]spaceView, 0, len(spaces))
 	for _, sp := range spaces {
-		st := spaceStats{Namespace: sp.name, SegmentSize: sp.size.Load()}
-		if cur := sp.cur.Load(); cur != nil && cur.fresh(now) && cur.remaining() > 0 {
-			st.Segments++
-			st.Remaining += cur.remaining()
+		v := spaceView{Namespace: sp.name, NextSize: sp.size.Load()}
+		if cur := sp.cur.Load(); cur != nil {
+			v.Segments = append(v.Segments, viewOf("current", cur, now))
 		}
 		sp.mu.Lock()
-		if n := sp.next; n != nil && n.fresh(now) {
-			st.Segments++
-			st.Remaining += n.blk.Size
+		if n := sp.next; n != nil {
+			v.Segments = append(v.Segments, viewOf("next", n, now))
+		}
+		v.Fetching, v.Failures = sp.call != nil, sp.failures
+		if sp.lastErr != nil {
+			v.LastError = sp.lastErr.Error()
 		}
 		sp.mu.Unlock()
-		out = append(out, st)
+		for _, seg := range v.Segments {
+			if !seg.Stale {
+				v.Remaining += seg.Remaining
+			}
+		}
+		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
 	return out

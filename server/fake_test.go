@@ -20,16 +20,21 @@ type fakeBackend struct {
 	mu       sync.Mutex
 	spaces   map[string]*fakeSpace
 	healthy  map[string]bool
-	leaseErr error         // returned by every lease while set
-	gate     chan struct{} // while set, leases wait until it is closed
-	prefers  []string      // the prefer argument of each LeaseFrom
-	sizes    []int64       // the size of each lease that reached a counter
+	fenced   map[string]string  // server → why, like a restored backup
+	leaseErr error              // returned by every lease while set
+	listErr  error              // returned by Namespaces while set
+	observer allocator.Observer // told of every lease that reached a counter, when set
+	gate     chan struct{}      // while set, leases wait until it is closed
+	prefers  []string           // the prefer argument of each LeaseFrom
+	sizes    []int64            // the size of each lease that reached a counter
 
 	leases     atomic.Int64 // leases that moved a counter
 	nsReads    atomic.Int64
 	writes     atomic.Int64 // creates and updates
 	rr         atomic.Uint64
 	leaseCalls atomic.Int64 // every Lease/LeaseFrom call, failed ones included
+	listCalls  atomic.Int64
+	badNames   atomic.Int64 // calls that named an invalid namespace: the server must refuse those first
 }
 
 type fakeSpace struct {
@@ -49,12 +54,43 @@ func newFake(now func() time.Time) *fakeBackend {
 	if now == nil {
 		now = time.Now
 	}
-	return &fakeBackend{now: now, spaces: map[string]*fakeSpace{}, healthy: map[string]bool{"a": true, "b": true}}
+	return &fakeBackend{now: now, spaces: map[string]*fakeSpace{}, healthy: map[string]bool{"a": true, "b": true},
+		fenced: map[string]string{}}
+}
+
+// calls is every call that reached the backend.
+func (f *fakeBackend) calls() int64 {
+	return f.leaseCalls.Load() + f.nsReads.Load() + f.writes.Load() + f.listCalls.Load()
+}
+
+// checkName counts a call that names an invalid namespace.
+func (f *fakeBackend) checkName(name string) {
+	if allocator.ValidateName(name) != nil {
+		f.badNames.Add(1)
+	}
+}
+
+// fence marks a server fenced: it answers but serves nothing, as the pair does with a restored backup.
+func (f *fakeBackend) fence(server, why string) {
+	f.mu.Lock()
+	f.fenced[server] = why
+	f.mu.Unlock()
+}
+
+// usableLocked reports whether a server may lease.
+func (f *fakeBackend) usableLocked(server string) bool {
+	return f.healthy[server] && f.fenced[server] == ""
 }
 
 func (f *fakeBackend) setHealthy(server string, up bool) {
 	f.mu.Lock()
 	f.healthy[server] = up
+	f.mu.Unlock()
+}
+
+func (f *fakeBackend) failList(err error) {
+	f.mu.Lock()
+	f.listErr = err
 	f.mu.Unlock()
 }
 
@@ -100,6 +136,7 @@ func (f *fakeBackend) Lease(ctx context.Context, namespace string, size int64) (
 
 func (f *fakeBackend) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
 	f.leaseCalls.Add(1)
+	f.checkName(namespace)
 	if err := allocator.ValidateName(namespace); err != nil {
 		return allocator.Block{}, err
 	}
@@ -130,11 +167,11 @@ func (f *fakeBackend) LeaseFrom(ctx context.Context, namespace string, size int6
 		return allocator.Block{}, err
 	}
 	server := ""
-	if prefer != "" && f.healthy[prefer] {
+	if prefer != "" && f.usableLocked(prefer) {
 		server = prefer
 	}
 	for i := 0; server == "" && i < len(fakeServers); i++ {
-		if s := fakeServers[(int(f.rr.Add(1))+i)%len(fakeServers)]; f.healthy[s] {
+		if s := fakeServers[(int(f.rr.Add(1))+i)%len(fakeServers)]; f.usableLocked(s) {
 			server = s
 		}
 	}
@@ -153,10 +190,14 @@ func (f *fakeBackend) LeaseFrom(ctx context.Context, namespace string, size int6
 	sp.next[server] = end
 	f.sizes = append(f.sizes, size)
 	f.leases.Add(1)
+	if f.observer != nil {
+		f.observer.ObserveLease(server, time.Duration(200+f.leases.Load()%800)*time.Microsecond, nil)
+	}
 	return blk, nil
 }
 
 func (f *fakeBackend) CreateNamespace(_ context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	f.checkName(ns.Name)
 	ns = ns.WithDefaults()
 	if err := ns.Validate(); err != nil {
 		return allocator.Namespace{}, err
@@ -179,6 +220,7 @@ func (f *fakeBackend) CreateNamespace(_ context.Context, ns allocator.Namespace)
 }
 
 func (f *fakeBackend) UpdateNamespace(_ context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	f.checkName(ns.Name)
 	advance := ns.Start
 	ns = ns.WithDefaults()
 	if err := ns.Validate(); err != nil {
@@ -201,6 +243,7 @@ func (f *fakeBackend) UpdateNamespace(_ context.Context, ns allocator.Namespace)
 
 func (f *fakeBackend) Namespace(_ context.Context, name string) (allocator.Namespace, error) {
 	f.nsReads.Add(1)
+	f.checkName(name)
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
 	}
@@ -212,13 +255,19 @@ func (f *fakeBackend) Namespace(_ context.Context, name string) (allocator.Names
 	}
 	ns := sp.ns
 	for i, s := range fakeServers {
-		ns.Servers = append(ns.Servers, allocator.ServerState{Server: s, Next: sp.next[s], Step: 2, Offset: int64(i + 1), Healthy: f.healthy[s]})
+		ns.Servers = append(ns.Servers, allocator.ServerState{Server: s, Next: sp.next[s], Step: 2, Offset: int64(i + 1),
+			Healthy: f.usableLocked(s), Error: f.fenced[s]})
 	}
 	return ns, nil
 }
 
 func (f *fakeBackend) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
+	f.listCalls.Add(1)
 	f.mu.Lock()
+	if f.listErr != nil {
+		defer f.mu.Unlock()
+		return nil, f.listErr
+	}
 	names := make([]string, 0, len(f.spaces))
 	for n := range f.spaces {
 		names = append(names, n)
@@ -241,7 +290,8 @@ func (f *fakeBackend) Health() []allocator.ServerHealth {
 	defer f.mu.Unlock()
 	out := make([]allocator.ServerHealth, len(fakeServers))
 	for i, s := range fakeServers {
-		out[i] = allocator.ServerHealth{Name: s, Healthy: f.healthy[s], Step: 2, Offset: int64(i + 1)}
+		out[i] = allocator.ServerHealth{Name: s, Healthy: f.usableLocked(s), Step: 2, Offset: int64(i + 1),
+			Fenced: f.fenced[s] != "", Error: f.fenced[s]}
 	}
 	return out
 }

@@ -33,6 +33,11 @@ type Metrics struct {
 	reqChild map[reqKey]prometheus.Counter
 	durChild map[string]prometheus.Observer
 	idsChild map[string]nsCounters
+
+	// For the status page: lease latency of the last minute per ticket server.
+	now     func() time.Time
+	latMu   sync.Mutex
+	latency map[string]*latencyWindow
 }
 
 type reqKey struct {
@@ -42,7 +47,11 @@ type reqKey struct {
 
 type nsCounters struct {
 	ids, cached, direct prometheus.Counter
+	recent              *idWindow // IDs per second of the last minute, for the status page
 }
+
+// latencyBuckets are the bucket bounds, in seconds, of the latency histograms.
+var latencyBuckets = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
 var _ allocator.Observer = (*Metrics)(nil)
 
@@ -55,11 +64,11 @@ func NewMetrics() *Metrics {
 		}, []string{"route", "method", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ticketd_http_request_duration_seconds", Help: "HTTP request latency by route.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+			Buckets: latencyBuckets[:],
 		}, []string{"route"}),
 		leaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ticketd_lease_duration_seconds", Help: "Latency of one lease attempt on one ticket server, by result.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+			Buckets: latencyBuckets[:],
 		}, []string{"server", "result"}),
 		ids: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_ids_issued_total", Help: "IDs handed to clients, by namespace.",
@@ -79,6 +88,8 @@ func NewMetrics() *Metrics {
 		reqChild: map[reqKey]prometheus.Counter{},
 		durChild: map[string]prometheus.Observer{},
 		idsChild: map[string]nsCounters{},
+		now:      time.Now,
+		latency:  map[string]*latencyWindow{},
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches, m.stalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -100,6 +111,41 @@ func (m *Metrics) ObserveLease(server string, took time.Duration, err error) {
 		result = "error"
 	}
 	m.leaseSeconds.WithLabelValues(server, result).Observe(took.Seconds())
+	m.latMu.Lock()
+	w := m.latency[server]
+	if w == nil {
+		w = &latencyWindow{}
+		m.latency[server] = w
+	}
+	m.latMu.Unlock()
+	w.add(m.now(), took, err != nil)
+}
+
+// recentLatency summarizes each ticket server's lease attempts of the last minute.
+func (m *Metrics) recentLatency() map[string]latencySummary {
+	m.latMu.Lock()
+	windows := make(map[string]*latencyWindow, len(m.latency))
+	for name, w := range m.latency {
+		windows[name] = w
+	}
+	m.latMu.Unlock()
+	now := m.now()
+	out := make(map[string]latencySummary, len(windows))
+	for name, w := range windows {
+		out[name] = w.summary(now)
+	}
+	return out
+}
+
+// recentIDs returns, per namespace, the IDs handed out in each second of the last minute.
+func (m *Metrics) recentIDs(now time.Time) map[string][windowSeconds]int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make(map[string][windowSeconds]int64, len(m.idsChild))
+	for name, n := range m.idsChild {
+		out[name] = n.recent.last(now)
+	}
+	return out
 }
 
 // ObserveFailover records a lease moving on from a failed server.
@@ -127,8 +173,8 @@ func (m *Metrics) observeRequest(route, method string, status int, took time.Dur
 	d.Observe(took.Seconds())
 }
 
-// observeIssued counts a block handed to a client.
-func (m *Metrics) observeIssued(namespace string, size int64, cached bool) {
+// observeIssued counts a block handed to a client at now.
+func (m *Metrics) observeIssued(namespace string, size int64, cached bool, now time.Time) {
 	m.mu.RLock()
 	n, ok := m.idsChild[namespace]
 	m.mu.RUnlock()
@@ -136,12 +182,14 @@ func (m *Metrics) observeIssued(namespace string, size int64, cached bool) {
 		m.mu.Lock()
 		if n, ok = m.idsChild[namespace]; !ok {
 			n = nsCounters{ids: m.ids.WithLabelValues(namespace),
-				cached: m.blocks.WithLabelValues(namespace, "cache"), direct: m.blocks.WithLabelValues(namespace, "backend")}
+				cached: m.blocks.WithLabelValues(namespace, "cache"), direct: m.blocks.WithLabelValues(namespace, "backend"),
+				recent: &idWindow{}}
 			m.idsChild[namespace] = n
 		}
 		m.mu.Unlock()
 	}
 	n.ids.Add(float64(size))
+	n.recent.add(now, size)
 	if cached {
 		n.cached.Inc()
 	} else {

@@ -1,6 +1,6 @@
 // Package server is ticketd's HTTP API v1 on echo: the routes, bearer-token auth, the one table that
-// maps allocator errors to HTTP statuses, Prometheus metrics, and a server-side segment cache that
-// serves blocks from memory. It depends on the allocator's types only, never on a particular backend.
+// maps allocator errors to HTTP statuses, Prometheus metrics, a status page, and a server-side segment
+// cache that serves blocks from memory. It depends on the allocator's types only, never on a particular backend.
 package server
 
 import (
@@ -67,9 +67,6 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics()
-	}
 	if c.RateBurst <= 0 {
 		c.RateBurst = max(1, int(c.RateLimit))
 	}
@@ -93,6 +90,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+		c.Metrics.now = c.now
 	}
 	return c
 }
@@ -162,6 +163,7 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
 	e.GET("/openapi.json", s.openapi)
+	e.GET("/", s.v1(s.statusRoute))
 	e.POST("/v1/namespaces/:ns/blocks", s.v1(s.postBlock))
 	e.GET("/v1/namespaces/:ns/ids", s.v1(s.getIDs))
 	e.GET("/v1/namespaces/:ns", s.v1(s.getNamespace))
@@ -170,7 +172,8 @@ func (s *Server) routes() *echo.Echo {
 	return e
 }
 
-// v1 wraps a /v1 handler: it authenticates the caller and applies the rate limit first. (Not echo
+// v1 wraps a handler that needs a token (the /v1 routes and the status page): it authenticates the
+// caller and applies the rate limit first. (Not echo
 // middleware: a group's middleware makes echo answer 404 for unknown methods, where 405 is right, and
 // handing the identity over in echo's context store costs a map per request.)
 func (s *Server) v1(h func(echo.Context, identity) error) echo.HandlerFunc {
@@ -373,7 +376,7 @@ func (s *Server) postBlock(c echo.Context, caller identity) error {
 	if err != nil {
 		return err
 	}
-	s.metrics.observeIssued(ns, blk.Size, cached)
+	s.metrics.observeIssued(ns, blk.Size, cached, s.cfg.now())
 	return writeJSON(c, func(buf []byte) []byte { return appendBlock(buf, blk) })
 }
 
@@ -390,7 +393,7 @@ func (s *Server) getIDs(c echo.Context, caller identity) error {
 	if err != nil {
 		return err
 	}
-	s.metrics.observeIssued(ns, blk.Size, cached)
+	s.metrics.observeIssued(ns, blk.Size, cached, s.cfg.now())
 	return writeJSON(c, func(buf []byte) []byte { return appendIDs(buf, blk) })
 }
 

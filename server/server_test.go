@@ -86,6 +86,40 @@ func newTestServer(t *testing.T, tweak func(*Config)) *testServer {
 	return &testServer{Server: s, fake: f, logs: logs}
 }
 
+// serving is a Server answering on a loopback port.
+type serving struct {
+	addr   string
+	cancel context.CancelFunc // begins the graceful shutdown
+	done   chan struct{}      // closed when Serve has returned, with err
+	err    error
+}
+
+// serve starts s on a loopback port; at the test's end it is stopped, and must stop cleanly.
+func serve(t *testing.T, s *Server) *serving {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sv := &serving{addr: ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		sv.err = s.Serve(ctx, ln)
+		close(sv.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-sv.done
+		if sv.err != nil {
+			t.Errorf("Serve: %v", sv.err)
+		}
+	})
+	return sv
+}
+
+// listen serves s on a loopback port until the test ends, and returns its address.
+func listen(t *testing.T, s *Server) string { return serve(t, s).addr }
+
 type request struct {
 	method, path, token, body string
 	header                    map[string]string
@@ -696,14 +730,8 @@ func TestQuickSize(t *testing.T) {
 // request in flight is answered, new connections are refused, and Serve returns nil.
 func TestGracefulShutdown(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.Cache.Disabled = true })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
-	url := "http://" + ln.Addr().String()
+	sv := serve(t, s.Server)
+	url := "http://" + sv.addr
 	release := s.fake.hold()
 	defer release()
 	client := &http.Client{Transport: &http.Transport{}}
@@ -723,11 +751,11 @@ func TestGracefulShutdown(t *testing.T) {
 	for s.fake.leaseCalls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	cancel()
+	sv.cancel()
 	// Shutdown has begun once the listener refuses connections.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", ln.Addr().String(), 100*time.Millisecond)
+		c, err := net.DialTimeout("tcp", sv.addr, 100*time.Millisecond)
 		if err != nil {
 			break
 		}
@@ -738,8 +766,8 @@ func TestGracefulShutdown(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	select {
-	case err := <-served:
-		t.Fatalf("Serve returned %v with a request in flight", err)
+	case <-sv.done:
+		t.Fatalf("Serve returned %v with a request in flight", sv.err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	release()
@@ -752,8 +780,8 @@ func TestGracefulShutdown(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"size":5`) {
 		t.Fatalf("in-flight answer %d %s", resp.StatusCode, body)
 	}
-	if err := <-served; err != nil {
-		t.Fatalf("Serve: %v", err)
+	if <-sv.done; sv.err != nil {
+		t.Fatalf("Serve: %v", sv.err)
 	}
 }
 
