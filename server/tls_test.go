@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,16 +55,14 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 func TestServeTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	s := newTestServer(t, func(c *Config) { c.TLSCertFile, c.TLSKeyFile = certFile, keyFile })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
+	addr := listen(t, s.Server)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	resp, err := client.Get("https://" + ln.Addr().String() + "/healthz")
+	t.Cleanup(func() { // before the server stops: cleanups run last first
+		tr.CloseIdleConnections()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	resp, err := client.Get("https://" + addr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,17 +70,28 @@ func TestServeTLS(t *testing.T) {
 	if resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
 		t.Fatalf("status %d, TLS %+v", resp.StatusCode, resp.TLS)
 	}
+	// A lease with a token, over TLS.
+	req, _ := http.NewRequest("POST", "https://"+addr+"/v1/namespaces/orders/blocks", strings.NewReader(`{"size":5}`))
+	req.Header.Set("Authorization", "Bearer "+ordersTok)
+	if resp, err = client.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("lease over TLS: %d", resp.StatusCode)
+	}
 	// Plain HTTP on the TLS port is refused.
-	if resp, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == 200 {
 			t.Fatal("plain HTTP answered 200 on the TLS port")
 		}
 	}
-	tr.CloseIdleConnections()
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	cancel()
-	if err := <-served; err != nil {
-		t.Fatal(err)
+	// So is a client that offers nothing newer than TLS 1.1.
+	old := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS11}}
+	defer old.CloseIdleConnections()
+	if resp, err := (&http.Client{Transport: old, Timeout: 10 * time.Second}).Get("https://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatal("a TLS 1.1 client was served")
 	}
 }
