@@ -56,8 +56,11 @@ func (c *migrateCmd) run(ctx context.Context, m *Main, args []string) error {
 	if len(args) != 0 {
 		return usagef("migrate takes no arguments")
 	}
-	if c.mysql == "" {
-		fmt.Fprintln(m.Stdout, "the embedded store needs no migration; give --mysql to migrate ticket servers")
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if c.kind() != "mysql" {
+		fmt.Fprintf(m.Stdout, "the %s backend has no schema to migrate; give --mysql to migrate ticket servers\n", c.kind())
 		return nil
 	}
 	if err := c.validate(); err != nil {

@@ -18,7 +18,7 @@ func init() {
 	register(commandInfo{name: "chaos",
 		summary: "Draw IDs through two ticketd replicas while faults run, and check that none is issued twice. " +
 			"64 SDK clients by default; faults: a MariaDB SIGKILLed and restarted, 200 ms latency, replies lost after the UPDATE committed, connection resets (toxiproxy, in-process, loopback), a replica restarted. " +
-			"Starts a throwaway MariaDB pair unless --mysql is given. The last line of output is a JSON summary; the exit status is 1 when any ID was issued twice, broke parity, or too few were drawn.",
+			"Starts a throwaway MariaDB pair unless --mysql is given; its flags have no environment fallback. The last line of output is a JSON summary; the exit status is 1 when any ID was issued twice, broke parity, or too few were drawn.",
 		new: func() command { return &chaosCmd{} }})
 }
 
@@ -29,6 +29,9 @@ type chaosCmd struct {
 	minIDs                        int64
 	rate                          float64
 }
+
+// noEnv: a TICKETD_MYSQL meant for serve must never aim the chaos run at production servers.
+func (c *chaosCmd) noEnv() {}
 
 func (c *chaosCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.mysql, "mysql", "", "the pair's two DSNs, odd server first, when the run should not start its own")

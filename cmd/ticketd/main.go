@@ -56,6 +56,10 @@ type command interface {
 	run(ctx context.Context, m *Main, args []string) error
 }
 
+// noEnvFallback is implemented by commands whose flags are read from the command line only: those that
+// must never act on servers named in the environment for ordinary use (chaos kills and floods them).
+type noEnvFallback interface{ noEnv() }
+
 type commandInfo struct {
 	name, args, summary string
 	new                 func() command
@@ -105,7 +109,9 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("ticketd "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse errors are reported once, by exitCode
 	cmd.flags(fs)
-	describeEnv(fs)
+	if _, exempt := cmd.(noEnvFallback); !exempt {
+		describeEnv(fs)
+	}
 	if err := fs.Parse(interleave(fs, args[1:])); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(m.Stderr, "usage: ticketd %s [flags] %s\n\n%s\n\nFlags (each also read from the environment variable shown):\n", name, info.args, info.summary)
@@ -115,8 +121,10 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 		}
 		return usagef("%s: %v", name, err)
 	}
-	if err := applyEnv(fs, m.Getenv); err != nil {
-		return usageError{err.Error()}
+	if _, exempt := cmd.(noEnvFallback); !exempt {
+		if err := applyEnv(fs, m.Getenv); err != nil {
+			return usageError{err.Error()}
+		}
 	}
 	m.cmd, m.args = cmd, fs.Args()
 	return nil

@@ -181,3 +181,16 @@ func TestCommandsOnThePair(t *testing.T) {
 		t.Fatalf("get: %s", out)
 	}
 }
+
+func TestChaosIgnoresTheEnvironment(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
+		return map[string]string{"TICKETD_MYSQL": "root@tcp(prod:3306)/ticketd", "TICKETD_DURATION": "nonsense"}[k]
+	}}
+	if err := m.ParseFlags(context.Background(), []string{"chaos", "--duration", "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.cmd.(*chaosCmd); c.mysql != "" {
+		t.Fatalf("chaos took --mysql %q from the environment", c.mysql)
+	}
+}
