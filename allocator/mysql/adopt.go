@@ -32,8 +32,8 @@ func (p *Pair) FlickrTables(ctx context.Context, table string) ([]FlickrTable, e
 	if !tableName.MatchString(table) {
 		return nil, fmt.Errorf("table name %q must match %s", table, tableName)
 	}
-	out := make([]FlickrTable, 0, len(p.servers))
-	for _, s := range p.servers {
+	out := make([]FlickrTable, 0, len(p.set.All()))
+	for _, s := range p.set.All() {
 		ft, err := s.flickrTable(ctx, table)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.Name(), err)

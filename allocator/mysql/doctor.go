@@ -64,9 +64,9 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 	var d Diagnosis
 	problem := func(format string, a ...any) { d.Problems = append(d.Problems, fmt.Sprintf(format, a...)) }
 
-	d.Servers = make([]ServerDiagnosis, len(p.servers))
+	d.Servers = make([]ServerDiagnosis, len(p.set.All()))
 	var wg sync.WaitGroup
-	for i, s := range p.servers {
+	for i, s := range p.set.All() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -76,7 +76,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 	wg.Wait()
 
 	var list []namedVars
-	for i, s := range p.servers {
+	for i, s := range p.set.All() {
 		sd := d.Servers[i]
 		if !sd.Reachable {
 			problem("%s is unreachable (%s): start it or fix its DSN; ticketd serves from the others meanwhile", s.Name(), sd.Error)
@@ -91,14 +91,14 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 			problem("%s has schema version %d, this ticketd needs %d: run `ticketd migrate`", s.Name(), sd.Schema, schema.Latest())
 		}
 	}
-	for _, e := range crossProblems(list, len(p.servers)) {
+	for _, e := range crossProblems(list, len(p.set.All())) {
 		problem("%s", unwrapMisconfigured(e))
 	}
 
 	// Namespace rows and water marks, for every server that answered.
 	rows := map[*server]map[string]rowSettings{}
 	names := map[string]bool{}
-	for i, s := range p.servers {
+	for i, s := range p.set.All() {
 		if !d.Servers[i].Reachable || d.Servers[i].Schema == 0 {
 			continue
 		}
@@ -118,7 +118,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		mine, ok := rows[s]
 		if !ok {
 			continue

@@ -9,11 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -95,23 +92,8 @@ func (c Config) withDefaults() Config {
 // interface. Leases go round-robin across usable servers; a failed server is skipped with backoff,
 // checked again before its next lease, and any server alone can serve. Safe for concurrent use.
 type Pair struct {
-	cfg     Config
-	servers []*server
-	next    atomic.Uint64 // round-robin cursor
-	members multi.Config  // the servers' backoff
-
-	settingsMu sync.Mutex
-	settings   map[string]cachedSettings
-
-	closeOnce sync.Once
-	closed    atomic.Bool
-	done      chan struct{}
-	wg        sync.WaitGroup
-}
-
-type cachedSettings struct {
-	ns      allocator.Namespace
-	fetched time.Time
+	cfg Config
+	set *multi.Set[*server, rowSettings] // the servers, their health, failover and cached settings
 }
 
 var _ allocator.Backend = (*Pair)(nil)
@@ -128,19 +110,10 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	cfg = p.cfg
 
 	// Check every server in parallel; a server that does not answer is left for later.
-	errs := make([]error, len(p.servers))
-	var wg sync.WaitGroup
-	for i, s := range p.servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.inspect(ctx)
-		}()
-	}
-	wg.Wait()
+	errs := p.set.InParallel(func(s *server) error { return s.inspect(ctx) })
 	var refused []error
 	reachable := 0
-	for i, s := range p.servers {
+	for i, s := range p.set.All() {
 		switch {
 		case errs[i] == nil:
 			reachable++
@@ -163,7 +136,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		return nil, fmt.Errorf("%w: none of %s answered: %w", allocator.ErrUnavailable, p.names(), errors.Join(errs...))
 	}
 	fenced := 0
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		if !s.inspected() {
 			continue
 		}
@@ -183,7 +156,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	}
 	// Servers admitted early could not see the rows of those admitted after them, nor their water marks.
 	usable := 0
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		if !s.Usable() {
 			continue
 		}
@@ -205,34 +178,26 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		p.closeDBs()
 		return nil, fmt.Errorf("%w: no ticket server of %s passed its checks", allocator.ErrUnavailable, p.names())
 	}
-	p.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
-	p.wg.Add(2)
-	go p.every(p.cfg.ProbeInterval, p.probe)
-	go p.every(p.cfg.WatermarkInterval, p.recordWatermarks)
+	p.set.Every(p.cfg.ProbeInterval, p.probe)
+	p.set.Every(p.cfg.WatermarkInterval, p.recordWatermarks)
 	return p, nil
 }
 
-func (p *Pair) names() string {
-	n := make([]string, len(p.servers))
-	for i, s := range p.servers {
-		n[i] = s.Name()
-	}
-	return strings.Join(n, ", ")
-}
+func (p *Pair) names() string { return strings.Join(p.set.Names(), ", ") }
 
 // crossCheck compares the auto_increment settings of the servers in rotation and the candidate (all
 // inspected servers when candidate is nil, at Open): one increment for all, a distinct offset each, and
 // an increment no smaller than the number of servers.
 func (p *Pair) crossCheck(candidate *server) error {
 	var list []namedVars
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		v, ok := s.vars()
 		if !ok || (candidate != nil && s != candidate && !s.Usable()) {
 			continue
 		}
 		list = append(list, namedVars{s.Name(), v})
 	}
-	return errors.Join(crossProblems(list, len(p.servers))...)
+	return errors.Join(crossProblems(list, len(p.set.All()))...)
 }
 
 // probe retries servers that are down, so that health (and /readyz) recovers without lease traffic, and
@@ -240,11 +205,11 @@ func (p *Pair) crossCheck(candidate *server) error {
 // each new connection is verified (see verifyingConnector), so a restart — or a restore — is noticed
 // even when no lease is asking.
 func (p *Pair) probe() {
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
 		switch {
 		case s.Usable():
-			if err := s.db.PingContext(ctx); err != nil && !p.closed.Load() {
+			if err := s.db.PingContext(ctx); err != nil && !p.set.Closed() {
 				s.MarkDown(err)
 			}
 		case s.Due(p.cfg.now()):
@@ -254,27 +219,9 @@ func (p *Pair) probe() {
 	}
 }
 
-// every runs fn every d until the pair closes.
-func (p *Pair) every(d time.Duration, fn func()) {
-	defer p.wg.Done()
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.done:
-			return
-		case <-t.C:
-			fn()
-		}
-	}
-}
-
 // Close stops background checks and closes every connection pool. Safe to call twice.
 func (p *Pair) Close() error {
-	p.closeOnce.Do(func() {
-		p.closed.Store(true)
-		close(p.done)
-		p.wg.Wait()
+	p.set.Close(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
 		if err := p.writeWatermarks(ctx); err != nil {
 			p.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
@@ -286,40 +233,17 @@ func (p *Pair) Close() error {
 }
 
 func (p *Pair) closeDBs() {
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		_ = s.db.Close()
 		_ = s.ctl.Close()
 	}
 }
 
 // Servers returns the server names in configuration order.
-func (p *Pair) Servers() []string {
-	out := make([]string, len(p.servers))
-	for i, s := range p.servers {
-		out[i] = s.Name()
-	}
-	return out
-}
+func (p *Pair) Servers() []string { return p.set.Names() }
 
 // Health reports each server's state.
-func (p *Pair) Health() []allocator.ServerHealth {
-	out := make([]allocator.ServerHealth, len(p.servers))
-	for i, s := range p.servers {
-		out[i] = s.Health()
-	}
-	return out
-}
-
-// order returns the servers starting at the round-robin cursor.
-func (p *Pair) order() []*server {
-	n := len(p.servers)
-	start := int(p.next.Add(1) % uint64(n))
-	out := make([]*server, n)
-	for i := range n {
-		out[i] = p.servers[(start+i)%n]
-	}
-	return out
-}
+func (p *Pair) Health() []allocator.ServerHealth { return p.set.Health() }
 
 // Lease takes a block of size IDs (0 means the namespace's block size) from the next usable server,
 // failing over to the others. Each attempt is one UPDATE; an attempt whose outcome is unknown is
@@ -337,164 +261,19 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 	if size < 0 {
 		return allocator.Block{}, allocator.ValidateSize(size, 1)
 	}
-	if p.closed.Load() {
-		return allocator.Block{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	ns, err := p.namespaceSettings(ctx, namespace)
-	if err != nil {
-		return allocator.Block{}, err
-	}
-	if size == 0 {
-		size = ns.BlockSize
-	}
-	if err := allocator.ValidateSize(size, ns.MaxBlockSize); err != nil {
-		return allocator.Block{}, err
-	}
-
-	order := p.order()
-	if prefer != "" {
-		for i, s := range order {
-			if s.Name() == prefer {
-				order[0], order[i] = order[i], order[0]
-				break
-			}
-		}
-	}
-	var errs []error
-	exhausted := 0
-	tried := map[*server]bool{}
-	attempt := func(s *server) (allocator.Block, bool, error) {
-		tried[s] = true
-		blk, err := p.leaseOn(ctx, s, ns, size)
-		switch {
-		case err == nil:
-			return blk, true, nil
-		case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
-			return blk, true, err // the request is wrong, not the server
-		case ctx.Err() != nil && errors.Is(err, context.Canceled):
-			return blk, true, err
-		case errors.Is(err, allocator.ErrExhausted):
-			exhausted++
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-		if p.cfg.Observer != nil {
-			p.cfg.Observer.ObserveFailover(s.Name())
-		}
-		return blk, false, nil
-	}
-	// First every server that is up (or due for a retry), then, if all failed and time is left, the
-	// ones still in backoff: better a late answer than none.
-	for pass := 0; pass < 2; pass++ {
-		for _, s := range order {
-			if tried[s] || (pass == 0 && !s.Usable() && !s.Due(p.cfg.now())) {
-				continue
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			if blk, done, err := attempt(s); done {
-				return blk, err
-			}
-		}
-	}
-	if exhausted > 0 && exhausted == len(tried) && len(tried) == len(p.servers) {
-		return allocator.Block{}, fmt.Errorf("%w: namespace %q on every server: %w", allocator.ErrExhausted, namespace, errors.Join(errs...))
-	}
-	if len(errs) == 0 && ctx.Err() != nil {
-		errs = append(errs, ctx.Err())
-	}
-	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errors.Join(errs...))
+	return p.set.Lease(ctx, namespace, size, prefer, p.leaseOn)
 }
 
-// leaseOn makes one attempt on one server, reviving it first if it was down.
-func (p *Pair) leaseOn(ctx context.Context, s *server, ns allocator.Namespace, size int64) (allocator.Block, error) {
-	if !s.Usable() {
-		if err := s.Revive(ctx); err != nil {
-			return allocator.Block{}, err
-		}
-	}
-	actx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
-	defer cancel()
-	start := p.cfg.now()
-	blk, err := s.lease(actx, ns, size)
+// leaseOn is one attempt on one server, under the attempt's timeout.
+func (p *Pair) leaseOn(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
+	blk, err := s.lease(ctx, r.ns, size)
 	if errors.Is(err, errRowMissing) {
 		// The server was down when the namespace was created: give it the row, then lease.
-		if err = s.ensureRow(actx, ns, 0); err == nil {
-			blk, err = s.lease(actx, ns, size)
+		if err = s.ensureRow(ctx, r.ns, 0); err == nil {
+			blk, err = s.lease(ctx, r.ns, size)
 		}
-	}
-	if p.cfg.Observer != nil {
-		p.cfg.Observer.ObserveLease(s.Name(), p.cfg.now().Sub(start), err)
-	}
-	if err != nil && multi.IsServerFault(err) && ctx.Err() == nil {
-		s.MarkDown(err)
-	}
-	if err == nil {
-		s.MarkUp()
 	}
 	return blk, err
-}
-
-// namespaceSettings returns cached settings, fetching them from a usable server when stale.
-func (p *Pair) namespaceSettings(ctx context.Context, name string) (allocator.Namespace, error) {
-	now := p.cfg.now()
-	p.settingsMu.Lock()
-	c, ok := p.settings[name]
-	p.settingsMu.Unlock()
-	if ok && now.Sub(c.fetched) < p.cfg.SettingsTTL {
-		return c.ns, nil
-	}
-	ns, err := p.readSettings(ctx, name)
-	if err != nil {
-		if ok && !errors.Is(err, allocator.ErrNotFound) {
-			return c.ns, nil // servers unreachable: the last known settings are good enough
-		}
-		return allocator.Namespace{}, err
-	}
-	p.settingsMu.Lock()
-	p.settings[name] = cachedSettings{ns: ns, fetched: now}
-	p.settingsMu.Unlock()
-	return ns, nil
-}
-
-func (p *Pair) forgetSettings(name string) {
-	p.settingsMu.Lock()
-	delete(p.settings, name)
-	p.settingsMu.Unlock()
-}
-
-// readSettings reads a namespace's row from every usable server and keeps the latest settings.
-func (p *Pair) readSettings(ctx context.Context, name string) (allocator.Namespace, error) {
-	var best *rowSettings
-	var errs []error
-	answered := 0
-	for _, s := range p.servers {
-		if !s.Usable() {
-			continue
-		}
-		rs, err := s.readRow(ctx, name)
-		if err != nil {
-			if !errors.Is(err, errRowMissing) {
-				errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-				continue
-			}
-			answered++
-			continue
-		}
-		answered++
-		if best == nil || rs.updatedUS > best.updatedUS {
-			best = &rs
-		}
-	}
-	if best != nil {
-		return best.ns, nil
-	}
-	if answered == 0 {
-		return allocator.Namespace{}, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
-	}
-	return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
 }
 
 // CreateNamespace creates the namespace's row on every usable server. A server that is down gets its
@@ -504,7 +283,7 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 	if err := ns.Validate(); err != nil {
 		return allocator.Namespace{}, err
 	}
-	if p.closed.Load() {
+	if p.set.Closed() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
@@ -512,7 +291,7 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 	nowUS := p.cfg.now().UnixMicro()
 	created, existed := 0, 0
 	var errs []error
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		if !s.Usable() {
 			if s.Revive(ctx) != nil {
 				continue
@@ -531,7 +310,7 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 			existed++
 		}
 	}
-	p.forgetSettings(ns.Name)
+	p.set.Forget(ns.Name)
 	switch {
 	case created > 0:
 		return ns, nil
@@ -554,20 +333,20 @@ func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (all
 	if err := ns.Validate(); err != nil {
 		return allocator.Namespace{}, err
 	}
-	if p.closed.Load() {
+	if p.set.Closed() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	current, err := p.readSettings(ctx, ns.Name)
+	current, err := p.set.Latest(ctx, ns.Name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	ns.Start = current.Start
+	ns.Start = current.ns.Start
 	nowUS := p.cfg.now().UnixMicro()
 	updated := 0
 	var errs []error
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		if !s.Usable() {
 			continue
 		}
@@ -587,7 +366,7 @@ func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (all
 		}
 		updated++
 	}
-	p.forgetSettings(ns.Name)
+	p.set.Forget(ns.Name)
 	if updated == 0 {
 		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
 	}
@@ -602,22 +381,23 @@ func (p *Pair) Namespace(ctx context.Context, name string) (allocator.Namespace,
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
 	}
-	if p.closed.Load() {
+	if p.set.Closed() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	ns, err := p.readSettings(ctx, name)
+	r, err := p.set.Latest(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
+	ns := r.ns
 	ns.Servers = p.serverStates(ctx, name)
 	return ns, nil
 }
 
 func (p *Pair) serverStates(ctx context.Context, name string) []allocator.ServerState {
-	out := make([]allocator.ServerState, 0, len(p.servers))
-	for _, s := range p.servers {
+	out := make([]allocator.ServerState, 0, len(p.set.All()))
+	for _, s := range p.set.All() {
 		h := s.Health()
 		st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
 		if h.Healthy {
@@ -638,7 +418,7 @@ func (p *Pair) serverStates(ctx context.Context, name string) []allocator.Server
 
 // Namespaces lists the namespaces known to any usable server.
 func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	if p.closed.Load() {
+	if p.set.Closed() {
 		return nil, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
@@ -646,7 +426,7 @@ func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 	latest := map[string]rowSettings{}
 	answered := 0
 	var errs []error
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		if !s.Usable() {
 			continue
 		}
@@ -677,7 +457,7 @@ func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 
 // Migrate applies the schema on every server; all must answer.
 func (p *Pair) Migrate(ctx context.Context) error {
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		if _, err := schema.Migrate(ctx, s.ctl); err != nil {
 			return fmt.Errorf("%s: %w", s.Name(), err)
 		}
@@ -689,13 +469,13 @@ func (p *Pair) Migrate(ctx context.Context) error {
 // server, one statement per ID. It exists so that per-ID tickets can be compared with block leases on
 // the same servers.
 func (p *Pair) Ticket(ctx context.Context) (id int64, server string, err error) {
-	if p.closed.Load() {
+	if p.set.Closed() {
 		return 0, "", allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	var errs []error
-	for _, s := range p.order() {
+	for _, s := range p.set.Order("") {
 		if !s.Usable() && !s.Due(p.cfg.now()) {
 			continue
 		}
@@ -760,8 +540,11 @@ func build(cfg Config) (*Pair, error) {
 	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
 		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
 	}
-	p := &Pair{cfg: cfg, settings: map[string]cachedSettings{}, done: make(chan struct{})}
-	p.members = multi.Config{Noun: "ticket server", MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Now: cfg.now}
+	p := &Pair{cfg: cfg, set: multi.NewSet[*server, rowSettings](multi.Config{
+		Noun: "ticket server", Every: "every server",
+		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
+		SettingsTTL: cfg.SettingsTTL, IsFault: multi.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
+	})}
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
@@ -793,7 +576,7 @@ func build(cfg Config) (*Pair, error) {
 			p.closeDBs()
 			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
 		}
-		s := &server{Member: multi.NewMember(name, &p.members), pair: p}
+		s := &server{Member: p.set.NewMember(name), pair: p}
 		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
 		s.db.SetMaxOpenConns(cfg.MaxConns)
 		s.db.SetMaxIdleConns(cfg.MaxConns)
@@ -802,7 +585,7 @@ func build(cfg Config) (*Pair, error) {
 		s.ctl.SetMaxOpenConns(4)
 		s.ctl.SetMaxIdleConns(2)
 		s.ctl.SetConnMaxLifetime(30 * time.Minute)
-		p.servers = append(p.servers, s)
+		p.set.Add(s)
 	}
 	return p, nil
 }

@@ -140,7 +140,7 @@ func TestLeaseIsOneStatementOneRoundTrip(t *testing.T) {
 	if _, err := p.Lease(ctx, "rt", 5); err != nil { // warms the settings cache
 		t.Fatal(err)
 	}
-	db := p.servers[0].db
+	db := p.set.All()[0].db
 	before := comCounters(t, db)
 	const n = 200
 	for range n {

@@ -206,7 +206,7 @@ func (s *server) syncFromPeers(ctx context.Context, mine map[string]bool) error 
 	// A missing row starts above every peer's counter: the server's residue class alone keeps its IDs
 	// apart from theirs, and starting high keeps them roughly in time order with the peers' IDs.
 	missing := map[string]rowSettings{}
-	for _, peer := range s.pair.servers {
+	for _, peer := range s.pair.set.All() {
 		if peer == s || !peer.Usable() {
 			continue
 		}
@@ -241,6 +241,12 @@ type rowSettings struct {
 	step, offset int64
 	updatedUS    int64
 }
+
+// Namespace is the row's settings.
+func (r rowSettings) Namespace() allocator.Namespace { return r.ns }
+
+// UpdatedUS is when the row's settings last changed.
+func (r rowSettings) UpdatedUS() int64 { return r.updatedUS }
 
 const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, updated_us"
 
@@ -279,6 +285,18 @@ func (s *server) readRow(ctx context.Context, name string) (rowSettings, error) 
 	}
 	return r, err
 }
+
+// ReadRecord reads the namespace's row; found is false when this server has none.
+func (s *server) ReadRecord(ctx context.Context, name string) (rowSettings, bool, error) {
+	r, err := s.readRow(ctx, name)
+	if errors.Is(err, errRowMissing) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+// ReadRecords reads every namespace row.
+func (s *server) ReadRecords(ctx context.Context) ([]rowSettings, error) { return s.readRows(ctx) }
 
 // lease is the one-statement, one-round-trip lease: the UPDATE moves the counter and LAST_INSERT_ID(expr)
 // makes the OK packet carry its new value, the exclusive end of the block.

@@ -74,12 +74,12 @@ func (m *marks) wrote(peer *server, ns string, v int64) {
 // writeWatermarks writes every server's unwritten marks into each usable peer.
 func (p *Pair) writeWatermarks(ctx context.Context) error {
 	var errs []error
-	for _, s := range p.servers {
+	for _, s := range p.set.All() {
 		v, ok := s.vars()
 		if !ok {
 			continue
 		}
-		for _, peer := range p.servers {
+		for _, peer := range p.set.All() {
 			if peer == s || !peer.Usable() {
 				continue
 			}
@@ -118,7 +118,7 @@ func (p *Pair) peerMarks(ctx context.Context, s *server) (map[string]watermark, 
 		out[ns] = watermark{value: h, holder: "this ticketd process"}
 	}
 	s.marks.mu.Unlock()
-	for _, peer := range p.servers {
+	for _, peer := range p.set.All() {
 		if peer == s || !peer.inspected() {
 			continue
 		}
@@ -215,7 +215,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 		return RepairResult{}, err
 	}
 	var s *server
-	for _, c := range p.servers {
+	for _, c := range p.set.All() {
 		if c.Name() == serverName {
 			s = c
 		}
@@ -236,11 +236,11 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 	row, err := s.readRow(ctx, namespace)
 	switch {
 	case errors.Is(err, errRowMissing):
-		ns, rerr := p.readSettings(ctx, namespace)
+		latest, rerr := p.set.Latest(ctx, namespace)
 		if rerr != nil {
 			return res, rerr
 		}
-		if err := s.ensureRow(ctx, ns, 0); err != nil {
+		if err := s.ensureRow(ctx, latest.ns, 0); err != nil {
 			return res, err
 		}
 		if row, err = s.readRow(ctx, namespace); err != nil {

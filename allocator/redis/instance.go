@@ -184,7 +184,7 @@ func (in *instance) claim(ctx context.Context) error {
 		return nil
 	}
 	stride, offset, via := res[1], res[2], res[3]
-	for _, other := range in.store.instances {
+	for _, other := range in.store.set.All() {
 		if other != in && other.Name() == via && strconv.FormatInt(other.offset, 10) == offset && strconv.FormatInt(cfg.Stride, 10) == stride {
 			return fmt.Errorf("%w: %s and %s are one Redis instance (it serves offset %s, claimed via %s); list each instance once",
 				allocator.ErrMisconfigured, via, in.Name(), offset, via)
@@ -203,7 +203,7 @@ func (in *instance) syncFromPeers(ctx context.Context) error {
 		return err
 	}
 	peers := map[string]record{}
-	for _, p := range in.store.instances {
+	for _, p := range in.store.set.All() {
 		if p == in || !p.Usable() {
 			continue
 		}
@@ -224,6 +224,31 @@ func (in *instance) syncFromPeers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Namespace is the record's settings.
+func (r record) Namespace() allocator.Namespace { return r.ns }
+
+// UpdatedUS is when the record's settings last changed.
+func (r record) UpdatedUS() int64 { return r.updatedUS }
+
+// ReadRecord reads the instance's settings of a namespace; found is false when it has none.
+func (in *instance) ReadRecord(ctx context.Context, name string) (record, bool, error) {
+	r, err := in.readRecord(ctx, name)
+	if errors.Is(err, errMissing) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+// ReadRecords reads the settings of every namespace of the instance.
+func (in *instance) ReadRecords(ctx context.Context) ([]record, error) {
+	recs, err := in.readRecords(ctx)
+	out := make([]record, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, r)
+	}
+	return out, err
 }
 
 func (in *instance) readRecord(ctx context.Context, name string) (record, error) {

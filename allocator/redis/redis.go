@@ -8,12 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -196,24 +193,9 @@ func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":sett
 // across usable instances; a failed instance is skipped with backoff and checked again before its
 // next lease, and any instance alone can serve. Safe for concurrent use.
 type Store struct {
-	cfg       Config
-	keys      keys
-	instances []*instance
-	next      atomic.Uint64 // round-robin cursor
-	members   multi.Config  // the instances' backoff
-
-	settingsMu sync.Mutex
-	settings   map[string]cachedSettings
-
-	closeOnce sync.Once
-	closed    atomic.Bool
-	done      chan struct{}
-	wg        sync.WaitGroup
-}
-
-type cachedSettings struct {
-	rec     record
-	fetched time.Time
+	cfg  Config
+	keys keys
+	set  *multi.Set[*instance, record] // the instances, their health, failover and cached settings
 }
 
 var _ allocator.Backend = (*Store)(nil)
@@ -228,8 +210,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, settings: map[string]cachedSettings{}, done: make(chan struct{})}
-	s.members = multi.Config{Noun: "Redis instance", MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger, Now: cfg.now}
+	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, set: multi.NewSet[*instance, record](multi.Config{
+		Noun: "Redis instance", Every: "every Redis instance",
+		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
+		SettingsTTL: cfg.SettingsTTL, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
+	})}
 	seen := map[string]bool{}
 	for i, addr := range cfg.Addrs {
 		opt, err := clientOptions(addr, cfg)
@@ -246,22 +231,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redis: instance %s is listed twice; list each instance once", name)
 		}
 		seen[name] = true
-		s.instances = append(s.instances, &instance{Member: multi.NewMember(name, &s.members), client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
+		s.set.Add(&instance{Member: s.set.NewMember(name), client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
 	}
 
-	errs := make([]error, len(s.instances))
-	var wg sync.WaitGroup
-	for i, in := range s.instances {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = in.inspect(ctx)
-		}()
-	}
-	wg.Wait()
+	errs := s.set.InParallel(func(in *instance) error { return in.inspect(ctx) })
 	var refused []error
 	reachable := 0
-	for i := range s.instances {
+	for i := range s.set.All() {
 		switch {
 		case errs[i] == nil:
 			reachable++
@@ -277,7 +253,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.closeClients()
 		return nil, fmt.Errorf("%w: none of the Redis instances %s answered: %w", allocator.ErrUnavailable, s.names(), errors.Join(errs...))
 	}
-	for i, in := range s.instances {
+	for i, in := range s.set.All() {
 		if errs[i] == nil {
 			in.MarkUsable()
 			continue
@@ -286,102 +262,48 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		in.MarkDown(errs[i])
 	}
 	// Instances that missed namespace changes while they were away catch up from the others.
-	for _, in := range s.instances {
+	for _, in := range s.set.All() {
 		if in.Usable() {
 			if err := in.syncFromPeers(ctx); err != nil {
 				cfg.Logger.Warn("could not copy namespaces from the other Redis instances", "server", in.Name(), "err", err)
 			}
 		}
 	}
-	s.next.Store(rand.Uint64()) // processes started together do not all begin on the same instance
-	s.wg.Add(1)
-	go s.probe()
+	s.set.Every(cfg.ProbeInterval, s.probe)
 	return s, nil
 }
 
-func (s *Store) names() string {
-	n := make([]string, len(s.instances))
-	for i, in := range s.instances {
-		n[i] = in.Name()
-	}
-	return strings.Join(n, ", ")
-}
+func (s *Store) names() string { return strings.Join(s.set.Names(), ", ") }
 
 // probe retries instances that are down, so that health recovers without lease traffic.
 func (s *Store) probe() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
+	for _, in := range s.set.All() {
+		if in.Usable() || !in.Due(s.cfg.now()) {
+			continue
 		}
-		for _, in := range s.instances {
-			if in.Usable() || !in.Due(s.cfg.now()) {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
-			_ = in.Revive(ctx)
-			cancel()
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
+		_ = in.Revive(ctx)
+		cancel()
 	}
 }
 
 // Close stops background checks and closes every connection pool. Safe to call twice.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		close(s.done)
-		s.wg.Wait()
-		s.closeClients()
-	})
+	s.set.Close(s.closeClients)
 	return nil
 }
 
 func (s *Store) closeClients() {
-	for _, in := range s.instances {
+	for _, in := range s.set.All() {
 		_ = in.client.Close()
 	}
 }
 
 // Servers returns the instance names (host:port) in configuration order.
-func (s *Store) Servers() []string {
-	out := make([]string, len(s.instances))
-	for i, in := range s.instances {
-		out[i] = in.Name()
-	}
-	return out
-}
+func (s *Store) Servers() []string { return s.set.Names() }
 
 // Health reports each instance's state.
-func (s *Store) Health() []allocator.ServerHealth {
-	out := make([]allocator.ServerHealth, len(s.instances))
-	for i, in := range s.instances {
-		out[i] = in.Health()
-	}
-	return out
-}
-
-// order returns the instances starting at the round-robin cursor, prefer first when named.
-func (s *Store) order(prefer string) []*instance {
-	n := len(s.instances)
-	start := int(s.next.Add(1) % uint64(n))
-	out := make([]*instance, n)
-	for i := range n {
-		out[i] = s.instances[(start+i)%n]
-	}
-	if prefer != "" {
-		for i, in := range out {
-			if in.Name() == prefer {
-				out[0], out[i] = out[i], out[0]
-				break
-			}
-		}
-	}
-	return out
-}
+func (s *Store) Health() []allocator.ServerHealth { return s.set.Health() }
 
 // Lease takes a block of size IDs (0 means the namespace's block size) from the next usable instance,
 // failing over to the others. Each attempt is one script call; an attempt whose outcome is unknown is
@@ -399,94 +321,17 @@ func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, pre
 	if size < 0 || size > allocator.MaxBlockSizeLimit {
 		return allocator.Block{}, allocator.ValidateSize(size, allocator.MaxBlockSizeLimit)
 	}
-	if s.closed.Load() {
-		return allocator.Block{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	rec, err := s.namespaceSettings(ctx, namespace)
-	if err != nil {
-		return allocator.Block{}, err
-	}
-	if size == 0 {
-		size = rec.ns.BlockSize
-	}
-	if err := allocator.ValidateSize(size, rec.ns.MaxBlockSize); err != nil {
-		return allocator.Block{}, err
-	}
-
-	var errs []error
-	exhausted := 0
-	tried := map[*instance]bool{}
-	attempt := func(in *instance) (allocator.Block, bool, error) {
-		tried[in] = true
-		blk, err := s.leaseOn(ctx, in, rec, size)
-		switch {
-		case err == nil:
-			return blk, true, nil
-		case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
-			return blk, true, err // the request is wrong, not the instance
-		case ctx.Err() != nil && errors.Is(err, context.Canceled):
-			return blk, true, err
-		case errors.Is(err, allocator.ErrExhausted):
-			exhausted++
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
-		if s.cfg.Observer != nil {
-			s.cfg.Observer.ObserveFailover(in.Name())
-		}
-		return blk, false, nil
-	}
-	// First every instance that is up (or due for a retry), then, if all failed and time is left, the
-	// ones still in backoff: better a late answer than none.
-	order := s.order(prefer)
-	for pass := 0; pass < 2; pass++ {
-		for _, in := range order {
-			if tried[in] || (pass == 0 && !in.Usable() && !in.Due(s.cfg.now())) {
-				continue
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			if blk, done, err := attempt(in); done {
-				return blk, err
-			}
-		}
-	}
-	if exhausted > 0 && exhausted == len(tried) && len(tried) == len(s.instances) {
-		return allocator.Block{}, fmt.Errorf("%w: namespace %q on every Redis instance: %w", allocator.ErrExhausted, namespace, errors.Join(errs...))
-	}
-	if len(errs) == 0 && ctx.Err() != nil {
-		errs = append(errs, ctx.Err())
-	}
-	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errors.Join(errs...))
+	return s.set.Lease(ctx, namespace, size, prefer, s.leaseOn)
 }
 
-// leaseOn makes one attempt on one instance, reviving it first if it was down.
+// leaseOn is one attempt on one instance, under the attempt's timeout.
 func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
-	if !in.Usable() {
-		if err := in.Revive(ctx); err != nil {
-			return allocator.Block{}, err
-		}
-	}
-	actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
-	defer cancel()
-	start := s.cfg.now()
-	blk, err := in.lease(actx, rec.ns, size)
+	blk, err := in.lease(ctx, rec.ns, size)
 	if errors.Is(err, errMissing) {
 		// The instance was away when the namespace was created: give it the namespace, then lease.
-		if err = in.ensure(actx, rec); err == nil {
-			blk, err = in.lease(actx, rec.ns, size)
+		if err = in.ensure(ctx, rec); err == nil {
+			blk, err = in.lease(ctx, rec.ns, size)
 		}
-	}
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.ObserveLease(in.Name(), s.cfg.now().Sub(start), err)
-	}
-	if err != nil && isServerFault(err) && ctx.Err() == nil {
-		in.MarkDown(err)
-	}
-	if err == nil {
-		in.MarkUp()
 	}
 	return blk, err
 }
@@ -497,82 +342,6 @@ func isServerFault(err error) bool {
 	return !errors.Is(err, errMissing) && multi.IsServerFault(err)
 }
 
-// namespaceSettings returns cached settings, fetching them from a usable instance when stale.
-func (s *Store) namespaceSettings(ctx context.Context, name string) (record, error) {
-	now := s.cfg.now()
-	s.settingsMu.Lock()
-	c, ok := s.settings[name]
-	s.settingsMu.Unlock()
-	if ok && now.Sub(c.fetched) < s.cfg.SettingsTTL {
-		return c.rec, nil
-	}
-	rec, err := s.readSettings(ctx, name)
-	if err != nil {
-		if ok && !errors.Is(err, allocator.ErrNotFound) {
-			return c.rec, nil // instances unreachable: the last known settings are good enough
-		}
-		return record{}, err
-	}
-	s.settingsMu.Lock()
-	s.settings[name] = cachedSettings{rec: rec, fetched: now}
-	s.settingsMu.Unlock()
-	return rec, nil
-}
-
-func (s *Store) forgetSettings(name string) {
-	s.settingsMu.Lock()
-	delete(s.settings, name)
-	s.settingsMu.Unlock()
-}
-
-// usableOrRevived returns the usable instances; when there are none, it first revives those whose
-// backoff has passed.
-func (s *Store) usableOrRevived(ctx context.Context) []*instance {
-	var out []*instance
-	for _, in := range s.instances {
-		if in.Usable() {
-			out = append(out, in)
-		}
-	}
-	if len(out) > 0 {
-		return out
-	}
-	for _, in := range s.instances {
-		if in.Due(s.cfg.now()) && in.Revive(ctx) == nil {
-			out = append(out, in)
-		}
-	}
-	return out
-}
-
-// readSettings reads a namespace's settings from every usable instance and keeps the latest.
-func (s *Store) readSettings(ctx context.Context, name string) (record, error) {
-	var best *record
-	var errs []error
-	answered := 0
-	for _, in := range s.usableOrRevived(ctx) {
-		rec, err := in.readRecord(ctx, name)
-		switch {
-		case errors.Is(err, errMissing):
-			answered++
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
-		default:
-			answered++
-			if best == nil || rec.updatedUS > best.updatedUS {
-				best = &rec
-			}
-		}
-	}
-	if best != nil {
-		return *best, nil
-	}
-	if answered == 0 {
-		return record{}, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
-	}
-	return record{}, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
-}
-
 // CreateNamespace creates the namespace on every usable instance. An instance that is down gets it
 // when it comes back (or at its first lease). ErrExists when every instance that answered had it.
 func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
@@ -580,7 +349,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	if err := ns.Validate(); err != nil {
 		return allocator.Namespace{}, err
 	}
-	if s.closed.Load() {
+	if s.set.Closed() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -589,7 +358,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	rec := record{ns: ns, updatedUS: s.cfg.now().UnixMicro()}
 	created, existed := 0, 0
 	var errs []error
-	for _, in := range s.instances {
+	for _, in := range s.set.All() {
 		if !in.Usable() && (!in.Due(s.cfg.now()) || in.Revive(ctx) != nil) {
 			continue // it gets the namespace when it comes back
 		}
@@ -606,7 +375,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 			existed++
 		}
 	}
-	s.forgetSettings(ns.Name)
+	s.set.Forget(ns.Name)
 	switch {
 	case created > 0:
 		return ns, nil
@@ -630,12 +399,12 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	if err := ns.Validate(); err != nil {
 		return allocator.Namespace{}, err
 	}
-	if s.closed.Load() {
+	if s.set.Closed() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	current, err := s.readSettings(ctx, ns.Name)
+	current, err := s.set.Latest(ctx, ns.Name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
@@ -643,7 +412,7 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	rec := record{ns: ns, floor: max(current.floor, advance), updatedUS: s.cfg.now().UnixMicro()}
 	updated := 0
 	var errs []error
-	for _, in := range s.instances {
+	for _, in := range s.set.All() {
 		if !in.Usable() {
 			continue
 		}
@@ -656,7 +425,7 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 		}
 		updated++
 	}
-	s.forgetSettings(ns.Name)
+	s.set.Forget(ns.Name)
 	if updated == 0 {
 		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
 	}
@@ -671,12 +440,12 @@ func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
 	}
-	if s.closed.Load() {
+	if s.set.Closed() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	rec, err := s.readSettings(ctx, name)
+	rec, err := s.set.Latest(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
@@ -687,7 +456,7 @@ func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace
 
 // Namespaces lists the namespaces known to any usable instance, sorted by name.
 func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	if s.closed.Load() {
+	if s.set.Closed() {
 		return nil, allocator.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -695,7 +464,7 @@ func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 	latest := map[string]record{}
 	answered := 0
 	var errs []error
-	for _, in := range s.usableOrRevived(ctx) {
+	for _, in := range s.set.Readable(ctx) {
 		recs, err := in.readRecords(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
@@ -734,7 +503,7 @@ func mergeLatest(latest map[string]record, recs map[string]record) {
 // serverStates reads each instance's counter of each namespace, one round trip per instance.
 func (s *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
 	out := make(map[string][]allocator.ServerState, len(names))
-	for _, in := range s.instances {
+	for _, in := range s.set.All() {
 		h := in.Health()
 		base := allocator.ServerState{Server: in.Name(), Step: s.cfg.Stride, Offset: in.offset, Healthy: h.Healthy, Error: h.Error}
 		var counters []*goredis.StringCmd

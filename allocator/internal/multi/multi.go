@@ -4,6 +4,7 @@
 package multi
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"math"
@@ -39,6 +40,35 @@ type Config struct {
 	Observer allocator.Observer
 	// Now is the clock.
 	Now func() time.Time
+}
+
+// Server is one ticket server of a Set. Name, Usable, Due, MarkDown and MarkUp come from the *Member
+// that the server type embeds; the rest are the backend's own.
+type Server[R Record] interface {
+	comparable
+	Name() string
+	Usable() bool
+	Due(now time.Time) bool
+	MarkDown(err error)
+	MarkUp()
+	// Health is the server's state, with what the backend knows of its step and offset.
+	Health() allocator.ServerHealth
+	// Revive checks a down server again and puts it back in rotation when it passes (see
+	// Member.ReviveWith).
+	Revive(ctx context.Context) error
+	// ReadRecord reads the server's copy of a namespace's settings; found is false when it has none.
+	ReadRecord(ctx context.Context, name string) (r R, found bool, err error)
+	// ReadRecords reads the server's copy of every namespace's settings.
+	ReadRecords(ctx context.Context) ([]R, error)
+}
+
+// Record is one server's copy of a namespace's settings. Servers that missed a change hold older
+// copies; the one updated last wins.
+type Record interface {
+	// Namespace is the settings, without Servers.
+	Namespace() allocator.Namespace
+	// UpdatedUS is when the settings last changed, in microseconds since the Unix epoch.
+	UpdatedUS() int64
 }
 
 // IsServerFault reports whether err says a server (or the way to it) failed, rather than the request:

@@ -1,0 +1,313 @@
+package multi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Set is a backend's ticket servers: S is the backend's server type, R its record of a namespace's
+// settings. Leases go round-robin across usable servers and fail over to the others; namespace
+// settings are read from every usable server, the latest copy winning, and cached for leases. Safe for
+// concurrent use once every server is added.
+type Set[S Server[R], R Record] struct {
+	cfg     Config
+	servers []S
+	next    atomic.Uint64 // round-robin cursor
+
+	settingsMu sync.Mutex
+	settings   map[string]cachedSettings[R]
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+type cachedSettings[R any] struct {
+	rec     R
+	fetched time.Time
+}
+
+// NewSet returns an empty Set; add its servers with Add before any other call.
+func NewSet[S Server[R], R Record](cfg Config) *Set[S, R] {
+	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, done: make(chan struct{})}
+	set.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
+	return set
+}
+
+// NewMember returns the health of a server of this Set that has not been checked yet.
+func (set *Set[S, R]) NewMember(name string) *Member { return NewMember(name, &set.cfg) }
+
+// Add appends a server; the order of Add is the configuration order.
+func (set *Set[S, R]) Add(s S) { set.servers = append(set.servers, s) }
+
+// All returns the servers in configuration order. The slice is the Set's own: do not change it.
+func (set *Set[S, R]) All() []S { return set.servers }
+
+// Names returns the server names in configuration order.
+func (set *Set[S, R]) Names() []string {
+	out := make([]string, len(set.servers))
+	for i, s := range set.servers {
+		out[i] = s.Name()
+	}
+	return out
+}
+
+// Health reports each server's state in configuration order.
+func (set *Set[S, R]) Health() []allocator.ServerHealth {
+	out := make([]allocator.ServerHealth, len(set.servers))
+	for i, s := range set.servers {
+		out[i] = s.Health()
+	}
+	return out
+}
+
+// InParallel runs fn on every server at once and returns its errors in configuration order.
+func (set *Set[S, R]) InParallel(fn func(S) error) []error {
+	errs := make([]error, len(set.servers))
+	var wg sync.WaitGroup
+	for i, s := range set.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(s)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// Order returns the servers starting at the round-robin cursor, the one named prefer first when there
+// is one.
+func (set *Set[S, R]) Order(prefer string) []S {
+	n := len(set.servers)
+	start := int(set.next.Add(1) % uint64(n))
+	out := make([]S, n)
+	for i := range n {
+		out[i] = set.servers[(start+i)%n]
+	}
+	if prefer != "" {
+		for i, s := range out {
+			if s.Name() == prefer {
+				out[0], out[i] = out[i], out[0]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Every runs fn every d in the background until Close.
+func (set *Set[S, R]) Every(d time.Duration, fn func()) {
+	set.wg.Add(1)
+	go func() {
+		defer set.wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-set.done:
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+}
+
+// Closed reports whether Close was called.
+func (set *Set[S, R]) Closed() bool { return set.closed.Load() }
+
+// Close stops the background work started by Every, waits for it, then runs release (the backend
+// closes its connections there). Safe to call twice: release runs once.
+func (set *Set[S, R]) Close(release func()) {
+	set.closeOnce.Do(func() {
+		set.closed.Store(true)
+		close(set.done)
+		set.wg.Wait()
+		release()
+	})
+}
+
+// Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
+// gives one: prefer first when it names a server, then round-robin; first every server that is up or
+// due for a retry, then, if all failed and time is left, those still in backoff. lease is one attempt
+// on one server, bounded by AttemptTimeout; a server that is down is revived first. The caller has
+// checked the name and the sign of size.
+func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, prefer string,
+	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
+	if set.closed.Load() {
+		return allocator.Block{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	defer cancel()
+	rec, err := set.Settings(ctx, namespace)
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	ns := rec.Namespace()
+	if size == 0 {
+		size = ns.BlockSize
+	}
+	if err := allocator.ValidateSize(size, ns.MaxBlockSize); err != nil {
+		return allocator.Block{}, err
+	}
+
+	var errs []error
+	exhausted := 0
+	tried := map[S]bool{}
+	attempt := func(s S) (allocator.Block, bool, error) {
+		tried[s] = true
+		blk, err := set.attempt(ctx, s, rec, size, lease)
+		switch {
+		case err == nil:
+			return blk, true, nil
+		case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
+			return blk, true, err // the request is wrong, not the server
+		case ctx.Err() != nil && errors.Is(err, context.Canceled):
+			return blk, true, err
+		case errors.Is(err, allocator.ErrExhausted):
+			exhausted++
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+		if set.cfg.Observer != nil {
+			set.cfg.Observer.ObserveFailover(s.Name())
+		}
+		return blk, false, nil
+	}
+	// First every server that is up (or due for a retry), then, if all failed and time is left, the
+	// ones still in backoff: better a late answer than none.
+	order := set.Order(prefer)
+	for pass := 0; pass < 2; pass++ {
+		for _, s := range order {
+			if tried[s] || (pass == 0 && !s.Usable() && !s.Due(set.cfg.Now())) {
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if blk, done, err := attempt(s); done {
+				return blk, err
+			}
+		}
+	}
+	if exhausted > 0 && exhausted == len(tried) && len(tried) == len(set.servers) {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q on %s: %w", allocator.ErrExhausted, namespace, set.cfg.Every, errors.Join(errs...))
+	}
+	if len(errs) == 0 && ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errors.Join(errs...))
+}
+
+// attempt makes one attempt on one server, reviving it first if it was down, and keeps its health.
+func (set *Set[S, R]) attempt(ctx context.Context, s S, rec R, size int64,
+	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
+	if !s.Usable() {
+		if err := s.Revive(ctx); err != nil {
+			return allocator.Block{}, err
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, set.cfg.AttemptTimeout)
+	defer cancel()
+	start := set.cfg.Now()
+	blk, err := lease(actx, s, rec, size)
+	if set.cfg.Observer != nil {
+		set.cfg.Observer.ObserveLease(s.Name(), set.cfg.Now().Sub(start), err)
+	}
+	if err != nil && set.cfg.IsFault(err) && ctx.Err() == nil {
+		s.MarkDown(err)
+	}
+	if err == nil {
+		s.MarkUp()
+	}
+	return blk, err
+}
+
+// Settings returns a namespace's settings as Latest reads them, cached for SettingsTTL. When no server
+// answers, settings read before are good enough.
+func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
+	now := set.cfg.Now()
+	set.settingsMu.Lock()
+	c, ok := set.settings[name]
+	set.settingsMu.Unlock()
+	if ok && now.Sub(c.fetched) < set.cfg.SettingsTTL {
+		return c.rec, nil
+	}
+	rec, err := set.Latest(ctx, name)
+	if err != nil {
+		if ok && !errors.Is(err, allocator.ErrNotFound) {
+			return c.rec, nil // servers unreachable: the last known settings are good enough
+		}
+		var zero R
+		return zero, err
+	}
+	set.settingsMu.Lock()
+	set.settings[name] = cachedSettings[R]{rec: rec, fetched: now}
+	set.settingsMu.Unlock()
+	return rec, nil
+}
+
+// Forget drops a namespace's cached settings, after a change.
+func (set *Set[S, R]) Forget(name string) {
+	set.settingsMu.Lock()
+	delete(set.settings, name)
+	set.settingsMu.Unlock()
+}
+
+// Latest reads a namespace's settings from every usable server and returns the copy updated last:
+// ErrNotFound when each server that answered lacks it, ErrUnavailable when none answered.
+func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
+	var best R
+	found := false
+	var errs []error
+	answered := 0
+	for _, s := range set.Readable(ctx) {
+		r, ok, err := s.ReadRecord(ctx, name)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+		case !ok:
+			answered++
+		default:
+			answered++
+			if !found || r.UpdatedUS() > best.UpdatedUS() {
+				best, found = r, true
+			}
+		}
+	}
+	switch {
+	case found:
+		return best, nil
+	case answered == 0:
+		return best, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
+	}
+	return best, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
+}
+
+// Readable returns the servers that reads go to: the usable ones, and with ReviveToRead, when there
+// are none, those whose backoff has passed and that pass their checks again.
+func (set *Set[S, R]) Readable(ctx context.Context) []S {
+	var out []S
+	for _, s := range set.servers {
+		if s.Usable() {
+			out = append(out, s)
+		}
+	}
+	if len(out) > 0 || !set.cfg.ReviveToRead {
+		return out
+	}
+	for _, s := range set.servers {
+		if s.Due(set.cfg.Now()) && s.Revive(ctx) == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}

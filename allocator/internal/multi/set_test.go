@@ -1,0 +1,285 @@
+package multi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// fakeRecord is a namespace's settings as a fakeServer holds them.
+type fakeRecord struct {
+	ns      allocator.Namespace
+	updated int64
+}
+
+func (r fakeRecord) Namespace() allocator.Namespace { return r.ns }
+func (r fakeRecord) UpdatedUS() int64               { return r.updated }
+
+// fakeServer is an in-memory ticket server: its records, an error every read returns while it is
+// "down", and the outcome of its revival check.
+type fakeServer struct {
+	*Member
+	mu        sync.Mutex
+	records   map[string]fakeRecord
+	readErr   error
+	reviveErr error
+	revivals  int
+}
+
+func (f *fakeServer) Revive(ctx context.Context) error {
+	return f.ReviveWith(ctx, func(context.Context) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.revivals++
+		return f.reviveErr
+	})
+}
+
+func (f *fakeServer) ReadRecord(_ context.Context, name string) (fakeRecord, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.readErr != nil {
+		return fakeRecord{}, false, f.readErr
+	}
+	r, ok := f.records[name]
+	return r, ok, nil
+}
+
+func (f *fakeServer) ReadRecords(context.Context) ([]fakeRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.readErr != nil {
+		return nil, f.readErr
+	}
+	var out []fakeRecord
+	for _, r := range f.records {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (f *fakeServer) set(readErr, reviveErr error) {
+	f.mu.Lock()
+	f.readErr, f.reviveErr = readErr, reviveErr
+	f.mu.Unlock()
+}
+
+// observer counts lease attempts and failovers per server.
+type observer struct {
+	mu        sync.Mutex
+	leases    map[string]int
+	failovers map[string]int
+}
+
+func (o *observer) ObserveLease(server string, _ time.Duration, _ error) {
+	o.mu.Lock()
+	o.leases[server]++
+	o.mu.Unlock()
+}
+
+func (o *observer) ObserveFailover(from string) {
+	o.mu.Lock()
+	o.failovers[from]++
+	o.mu.Unlock()
+}
+
+// fixture is a Set of n usable fake servers, each holding namespace "orders" (block size 10).
+type fixture struct {
+	set     *Set[*fakeServer, fakeRecord]
+	servers []*fakeServer
+	clock   *clock
+	obs     *observer
+	logs    *syncLog
+}
+
+func newFixture(t *testing.T, n int, tweak func(*Config)) *fixture {
+	t.Helper()
+	fx := &fixture{clock: &clock{now: time.Unix(1000, 0)}, obs: &observer{leases: map[string]int{}, failovers: map[string]int{}}, logs: &syncLog{}}
+	cfg := *testConfig(fx.clock, fx.logs)
+	cfg.Observer = fx.obs
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	fx.set = NewSet[*fakeServer, fakeRecord](cfg)
+	orders := allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100}
+	for i := range n {
+		s := &fakeServer{Member: fx.set.NewMember(fmt.Sprintf("s%d", i+1)), records: map[string]fakeRecord{"orders": {orders, 1}}}
+		s.MarkUsable()
+		fx.set.Add(s)
+		fx.servers = append(fx.servers, s)
+	}
+	t.Cleanup(func() { fx.set.Close(func() {}) })
+	return fx
+}
+
+// issue is a lease function that gives each server its own block per call, or the server's error.
+func issue(fail map[string]error) func(context.Context, *fakeServer, fakeRecord, int64) (allocator.Block, error) {
+	var mu sync.Mutex
+	next := map[string]int64{}
+	return func(_ context.Context, s *fakeServer, r fakeRecord, size int64) (allocator.Block, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := fail[s.Name()]; err != nil {
+			return allocator.Block{}, err
+		}
+		next[s.Name()] += size
+		return allocator.Block{Namespace: r.ns.Name, Server: s.Name(), Start: next[s.Name()], Step: 1, Size: size}, nil
+	}
+}
+
+func TestLeaseRoundRobinAndPrefer(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	ctx := context.Background()
+	lease := issue(nil)
+	seen := map[string]int{}
+	for range 10 {
+		b, err := fx.set.Lease(ctx, "orders", 0, "", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Size != 10 {
+			t.Fatalf("size 0 leased %d IDs, want the namespace's 10", b.Size)
+		}
+		seen[b.Server]++
+	}
+	if seen["s1"] != 5 || seen["s2"] != 5 {
+		t.Fatalf("round-robin spread %v, want 5 each", seen)
+	}
+	for range 3 {
+		if b, err := fx.set.Lease(ctx, "orders", 5, "s2", lease); err != nil || b.Server != "s2" {
+			t.Fatalf("prefer s2: %v, %v", b, err)
+		}
+	}
+	if _, err := fx.set.Lease(ctx, "orders", 101, "", lease); !errors.Is(err, allocator.ErrInvalidSize) {
+		t.Fatalf("size above the maximum: %v, want ErrInvalidSize", err)
+	}
+	if _, err := fx.set.Lease(ctx, "nope", 1, "", lease); !errors.Is(err, allocator.ErrNotFound) {
+		t.Fatalf("missing namespace: %v, want ErrNotFound", err)
+	}
+}
+
+// TestLeaseFailsOver: a server that fails is marked down and the lease comes from the next; a server
+// in backoff is skipped while another serves, and tried last when none does.
+func TestLeaseFailsOver(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	ctx := context.Background()
+	refused := errors.New("connection refused")
+	b, err := fx.set.Lease(ctx, "orders", 1, "s1", issue(map[string]error{"s1": refused}))
+	if err != nil || b.Server != "s2" {
+		t.Fatalf("with s1 failing: %v, %v; want a block from s2", b, err)
+	}
+	if fx.servers[0].Usable() || fx.obs.failovers["s1"] != 1 || fx.obs.leases["s1"] != 1 || fx.obs.leases["s2"] != 1 {
+		t.Fatalf("s1 usable %v, observed %v %v", fx.servers[0].Usable(), fx.obs.leases, fx.obs.failovers)
+	}
+	if !strings.Contains(fx.logs.String(), "ticket server down; leasing from the others") {
+		t.Fatalf("no warning logged: %s", fx.logs.String())
+	}
+	// s1 is in backoff: leases skip it without reviving it.
+	for range 4 {
+		if b, err := fx.set.Lease(ctx, "orders", 1, "", issue(nil)); err != nil || b.Server != "s2" {
+			t.Fatalf("with s1 in backoff: %v, %v", b, err)
+		}
+	}
+	if fx.servers[0].revivals != 0 {
+		t.Fatalf("s1 revived %d times during its backoff", fx.servers[0].revivals)
+	}
+	// s2 fails too: s1, still in backoff, is revived and serves (the second pass).
+	b, err = fx.set.Lease(ctx, "orders", 1, "", issue(map[string]error{"s2": refused}))
+	if err != nil || b.Server != "s1" || fx.servers[0].revivals != 1 || !fx.servers[0].Usable() {
+		t.Fatalf("second pass: %v, %v (s1 revivals %d)", b, err, fx.servers[0].revivals)
+	}
+}
+
+func TestLeaseErrors(t *testing.T) {
+	ctx := context.Background()
+	exhausted := fmt.Errorf("%w: counter at the end", allocator.ErrExhausted)
+	refused := errors.New("connection refused")
+	for _, tc := range []struct {
+		name   string
+		fail   map[string]error
+		want   error
+		says   string
+		usable bool // s1 stays usable
+	}{
+		{"exhausted everywhere", map[string]error{"s1": exhausted, "s2": exhausted}, allocator.ErrExhausted, `namespace "orders" on every server`, true},
+		{"exhausted on one, the other down", map[string]error{"s1": exhausted, "s2": refused}, allocator.ErrUnavailable, "s2: connection refused", true},
+		{"every server down", map[string]error{"s1": refused, "s2": refused}, allocator.ErrUnavailable, "s1: connection refused", false},
+		{"a request error ends the lease", map[string]error{"s1": fmt.Errorf("%w: above max", allocator.ErrInvalidSize)}, allocator.ErrInvalidSize, "above max", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, 2, nil)
+			_, err := fx.set.Lease(ctx, "orders", 1, "s1", issue(tc.fail))
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Lease: %v, want %v saying %q", err, tc.want, tc.says)
+			}
+			if fx.servers[0].Usable() != tc.usable {
+				t.Fatalf("s1 usable %v, want %v", fx.servers[0].Usable(), tc.usable)
+			}
+		})
+	}
+	t.Run("closed", func(t *testing.T) {
+		fx := newFixture(t, 1, nil)
+		released := 0
+		fx.set.Close(func() { released++ })
+		fx.set.Close(func() { released++ })
+		if _, err := fx.set.Lease(ctx, "orders", 1, "", issue(nil)); !errors.Is(err, allocator.ErrClosed) || released != 1 {
+			t.Fatalf("after Close: %v, released %d times", err, released)
+		}
+	})
+}
+
+// TestSettings: the copy updated last wins; NotFound when every server that answered lacks the
+// namespace, ErrUnavailable when none answered; a lease uses cached settings until they are stale,
+// and stale ones when no server answers.
+func TestSettings(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	ctx := context.Background()
+	fx.servers[1].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 20, MaxBlockSize: 100}, 2}
+	if r, err := fx.set.Latest(ctx, "orders"); err != nil || r.ns.BlockSize != 20 {
+		t.Fatalf("Latest: %+v, %v; want the copy updated last (block size 20)", r, err)
+	}
+	if _, err := fx.set.Latest(ctx, "nope"); !errors.Is(err, allocator.ErrNotFound) {
+		t.Fatalf("Latest of a missing namespace: %v", err)
+	}
+	if r, err := fx.set.Settings(ctx, "orders"); err != nil || r.ns.BlockSize != 20 {
+		t.Fatalf("Settings: %+v, %v", r, err)
+	}
+	for _, s := range fx.servers {
+		s.set(errors.New("timeout"), nil)
+	}
+	if _, err := fx.set.Latest(ctx, "orders"); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), "s2: timeout") {
+		t.Fatalf("Latest with no server answering: %v", err)
+	}
+	fx.clock.Add(time.Hour) // stale, and nobody answers: the cached copy serves
+	if r, err := fx.set.Settings(ctx, "orders"); err != nil || r.ns.BlockSize != 20 {
+		t.Fatalf("stale Settings with servers down: %+v, %v", r, err)
+	}
+	if _, err := fx.set.Settings(ctx, "other"); !errors.Is(err, allocator.ErrUnavailable) {
+		t.Fatalf("uncached Settings with servers down: %v", err)
+	}
+}
+
+// TestReviveToRead: with every server down, reads revive the due ones only when the Set says so.
+func TestReviveToRead(t *testing.T) {
+	ctx := context.Background()
+	for _, revive := range []bool{false, true} {
+		fx := newFixture(t, 2, func(c *Config) { c.ReviveToRead = revive })
+		for _, s := range fx.servers {
+			s.MarkDown(errors.New("gone"))
+		}
+		fx.clock.Add(time.Hour)
+		_, err := fx.set.Latest(ctx, "orders")
+		if revive && (err != nil || !fx.servers[0].Usable()) {
+			t.Fatalf("ReviveToRead: %v, s1 usable %v", err, fx.servers[0].Usable())
+		}
+		if !revive && (!errors.Is(err, allocator.ErrUnavailable) || fx.servers[0].revivals != 0) {
+			t.Fatalf("without ReviveToRead: %v, %d revivals", err, fx.servers[0].revivals)
+		}
+	}
+}
