@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
@@ -279,180 +278,60 @@ func (p *Pair) leaseOn(ctx context.Context, s *server, r rowSettings, size int64
 // CreateNamespace creates the namespace's row on every usable server. A server that is down gets its
 // row when it comes back (or at its first lease). ErrExists when every server that answered had it.
 func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
-	ns = ns.WithDefaults()
-	if err := ns.Validate(); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if p.set.Closed() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	nowUS := p.cfg.now().UnixMicro()
-	created, existed := 0, 0
-	var errs []error
-	for _, s := range p.set.All() {
-		if !s.Usable() {
-			if s.Revive(ctx) != nil {
-				continue
-			}
-		}
-		ok, err := s.insertRow(ctx, ns, 0, nowUS)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-			if multi.IsServerFault(err) {
-				s.MarkDown(err)
-			}
-		case ok:
-			created++
-		default:
-			existed++
-		}
-	}
-	p.set.Forget(ns.Name)
-	switch {
-	case created > 0:
-		return ns, nil
-	case existed > 0:
-		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
-	}
-	for _, e := range errs {
-		if !multi.IsServerFault(e) {
-			return allocator.Namespace{}, e
-		}
-	}
-	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+	return p.set.CreateNamespace(ctx, ns, func(ctx context.Context, s *server) bool {
+		return s.Usable() || s.Revive(ctx) == nil // a server in backoff is checked again now
+	}, func(ctx context.Context, s *server, c multi.Change[rowSettings]) (bool, error) {
+		return s.insertRow(ctx, c.Namespace, 0, c.UpdatedUS)
+	})
 }
 
 // UpdateNamespace replaces the namespace's settings (zero fields mean their defaults) on every usable
 // server. A Start above a server's counter advances the counter; counters never move back.
 func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
-	advance := ns.Start
-	ns = ns.WithDefaults()
-	if err := ns.Validate(); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if p.set.Closed() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	current, err := p.set.Latest(ctx, ns.Name)
-	if err != nil {
-		return allocator.Namespace{}, err
-	}
-	ns.Start = current.ns.Start
-	nowUS := p.cfg.now().UnixMicro()
-	updated := 0
-	var errs []error
-	for _, s := range p.set.All() {
-		if !s.Usable() {
-			continue
-		}
-		err := s.updateRow(ctx, ns, advance, nowUS)
+	return p.set.UpdateNamespace(ctx, ns, func(ctx context.Context, s *server, c multi.Change[rowSettings]) error {
+		err := s.updateRow(ctx, c.Namespace, c.Advance, c.UpdatedUS)
 		if errors.Is(err, errRowMissing) {
 			// Created while this server was down: create it now with the new settings.
-			if err = s.ensureRow(ctx, ns, 0); err == nil {
-				err = s.updateRow(ctx, ns, advance, nowUS)
+			if err = s.ensureRow(ctx, c.Namespace, 0); err == nil {
+				err = s.updateRow(ctx, c.Namespace, c.Advance, c.UpdatedUS)
 			}
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-			if multi.IsServerFault(err) {
-				s.MarkDown(err)
-			}
-			continue
-		}
-		updated++
-	}
-	p.set.Forget(ns.Name)
-	if updated == 0 {
-		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
-	}
-	if advance > ns.Start {
-		ns.Start = advance
-	}
-	return ns, nil
+		return err
+	})
 }
 
 // Namespace returns the namespace's settings and each server's counter.
 func (p *Pair) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
-	if err := allocator.ValidateName(name); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if p.set.Closed() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	r, err := p.set.Latest(ctx, name)
-	if err != nil {
-		return allocator.Namespace{}, err
-	}
-	ns := r.ns
-	ns.Servers = p.serverStates(ctx, name)
-	return ns, nil
-}
-
-func (p *Pair) serverStates(ctx context.Context, name string) []allocator.ServerState {
-	out := make([]allocator.ServerState, 0, len(p.set.All()))
-	for _, s := range p.set.All() {
-		h := s.Health()
-		st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
-		if h.Healthy {
-			rs, err := s.readRow(ctx, name)
-			switch {
-			case err == nil:
-				st.Next = rs.next
-			case errors.Is(err, errRowMissing):
-				st.Error = "no row for this namespace yet (created at its first lease)"
-			default:
-				st.Healthy, st.Error = false, err.Error()
-			}
-		}
-		out = append(out, st)
-	}
-	return out
+	return p.set.Namespace(ctx, name, p.serverStates)
 }
 
 // Namespaces lists the namespaces known to any usable server.
 func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	if p.set.Closed() {
-		return nil, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	latest := map[string]rowSettings{}
-	answered := 0
-	var errs []error
-	for _, s := range p.set.All() {
-		if !s.Usable() {
-			continue
-		}
-		rows, err := s.readRows(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-			continue
-		}
-		answered++
-		for _, r := range rows {
-			if cur, ok := latest[r.ns.Name]; !ok || r.updatedUS > cur.updatedUS {
-				latest[r.ns.Name] = r
+	return p.set.Namespaces(ctx, p.serverStates)
+}
+
+// serverStates reads each server's counter of each namespace, one query per server and namespace.
+func (p *Pair) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
+	out := make(map[string][]allocator.ServerState, len(names))
+	for _, name := range names {
+		for _, s := range p.set.All() {
+			h := s.Health()
+			st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
+			if h.Healthy {
+				rs, err := s.readRow(ctx, name)
+				switch {
+				case err == nil:
+					st.Next = rs.next
+				case errors.Is(err, errRowMissing):
+					st.Error = "no row for this namespace yet (created at its first lease)"
+				default:
+					st.Healthy, st.Error = false, err.Error()
+				}
 			}
+			out[name] = append(out[name], st)
 		}
 	}
-	if answered == 0 {
-		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, errors.Join(errs...))
-	}
-	out := make([]allocator.Namespace, 0, len(latest))
-	for _, r := range latest {
-		ns := r.ns
-		ns.Servers = p.serverStates(ctx, ns.Name)
-		out = append(out, ns)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out
 }
 
 // Migrate applies the schema on every server; all must answer.

@@ -208,7 +208,9 @@ func (in *instance) syncFromPeers(ctx context.Context) error {
 			continue
 		}
 		if recs, err := p.readRecords(ctx); err == nil {
-			mergeLatest(peers, recs)
+			for _, r := range recs {
+				multi.KeepLatest(peers, r)
+			}
 		}
 	}
 	for name, r := range peers {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sort"
 	"strings"
 	"time"
 
@@ -345,159 +344,32 @@ func isServerFault(err error) bool {
 // CreateNamespace creates the namespace on every usable instance. An instance that is down gets it
 // when it comes back (or at its first lease). ErrExists when every instance that answered had it.
 func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
-	ns = ns.WithDefaults()
-	if err := ns.Validate(); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if s.set.Closed() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
 	ns.Servers = nil
-	rec := record{ns: ns, updatedUS: s.cfg.now().UnixMicro()}
-	created, existed := 0, 0
-	var errs []error
-	for _, in := range s.set.All() {
-		if !in.Usable() && (!in.Due(s.cfg.now()) || in.Revive(ctx) != nil) {
-			continue // it gets the namespace when it comes back
-		}
-		ok, err := in.create(ctx, rec)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
-			if isServerFault(err) {
-				in.MarkDown(err)
-			}
-		case ok:
-			created++
-		default:
-			existed++
-		}
-	}
-	s.set.Forget(ns.Name)
-	switch {
-	case created > 0:
-		return ns, nil
-	case existed > 0:
-		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
-	}
-	for _, e := range errs {
-		if !isServerFault(e) {
-			return allocator.Namespace{}, e
-		}
-	}
-	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+	return s.set.CreateNamespace(ctx, ns, func(ctx context.Context, in *instance) bool {
+		return in.Usable() || (in.Due(s.cfg.now()) && in.Revive(ctx) == nil) // else it gets the namespace when it comes back
+	}, func(ctx context.Context, in *instance, c multi.Change[record]) (bool, error) {
+		return in.create(ctx, record{ns: c.Namespace, updatedUS: c.UpdatedUS})
+	})
 }
 
 // UpdateNamespace replaces the namespace's settings (zero fields mean their defaults) on every usable
 // instance. A Start above an instance's counter advances the counter; counters never move back.
 // Instances that are down catch up when they come back.
 func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
-	advance := ns.Start
-	ns = ns.WithDefaults()
-	if err := ns.Validate(); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if s.set.Closed() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	current, err := s.set.Latest(ctx, ns.Name)
-	if err != nil {
-		return allocator.Namespace{}, err
-	}
-	ns.Start, ns.Servers = current.ns.Start, nil
-	rec := record{ns: ns, floor: max(current.floor, advance), updatedUS: s.cfg.now().UnixMicro()}
-	updated := 0
-	var errs []error
-	for _, in := range s.set.All() {
-		if !in.Usable() {
-			continue
-		}
-		if err := in.update(ctx, rec); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
-			if isServerFault(err) {
-				in.MarkDown(err)
-			}
-			continue
-		}
-		updated++
-	}
-	s.set.Forget(ns.Name)
-	if updated == 0 {
-		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
-	}
-	if advance > ns.Start {
-		ns.Start = advance
-	}
-	return ns, nil
+	ns.Servers = nil
+	return s.set.UpdateNamespace(ctx, ns, func(ctx context.Context, in *instance, c multi.Change[record]) error {
+		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS})
+	})
 }
 
 // Namespace returns the namespace's settings and each instance's counter.
 func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
-	if err := allocator.ValidateName(name); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if s.set.Closed() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	rec, err := s.set.Latest(ctx, name)
-	if err != nil {
-		return allocator.Namespace{}, err
-	}
-	ns := rec.ns
-	ns.Servers = s.serverStates(ctx, []string{name})[name]
-	return ns, nil
+	return s.set.Namespace(ctx, name, s.serverStates)
 }
 
 // Namespaces lists the namespaces known to any usable instance, sorted by name.
 func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	if s.set.Closed() {
-		return nil, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	latest := map[string]record{}
-	answered := 0
-	var errs []error
-	for _, in := range s.set.Readable(ctx) {
-		recs, err := in.readRecords(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", in.Name(), err))
-			continue
-		}
-		answered++
-		mergeLatest(latest, recs)
-	}
-	if answered == 0 {
-		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, errors.Join(errs...))
-	}
-	names := make([]string, 0, len(latest))
-	for name := range latest {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	states := s.serverStates(ctx, names)
-	out := make([]allocator.Namespace, 0, len(names))
-	for _, name := range names {
-		ns := latest[name].ns
-		ns.Servers = states[name]
-		out = append(out, ns)
-	}
-	return out, nil
-}
-
-// mergeLatest adds recs to latest, keeping the most recently updated settings of each namespace.
-func mergeLatest(latest map[string]record, recs map[string]record) {
-	for name, r := range recs {
-		if cur, ok := latest[name]; !ok || r.updatedUS > cur.updatedUS {
-			latest[name] = r
-		}
-	}
+	return s.set.Namespaces(ctx, s.serverStates)
 }
 
 // serverStates reads each instance's counter of each namespace, one round trip per instance.

@@ -1,0 +1,269 @@
+package multi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Change is a namespace change as a Set hands it to each server.
+type Change[R Record] struct {
+	// Namespace is the settings, validated and with defaults. At an update, Start is the namespace's
+	// own, from Current.
+	Namespace allocator.Namespace
+	// Current is the latest copy of the settings before an update; the zero R at create.
+	Current R
+	// Advance is the Start an update asked for, or 0: counters rise to it, never fall.
+	Advance int64
+	// UpdatedUS is the time of the change in microseconds, stored with the settings.
+	UpdatedUS int64
+}
+
+// States reads each server's counter of each named namespace.
+type States func(ctx context.Context, names []string) map[string][]allocator.ServerState
+
+// CreateNamespace creates ns (with defaults, validated) on every server that reach lets through;
+// create makes it on one server and says whether it was new there. A server left out gets the
+// namespace when it comes back. ErrExists when every server that answered had it.
+func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespace, reach func(context.Context, S) bool,
+	create func(context.Context, S, Change[R]) (created bool, err error)) (allocator.Namespace, error) {
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if set.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	defer cancel()
+	c := Change[R]{Namespace: ns, UpdatedUS: set.cfg.Now().UnixMicro()}
+	created, existed := 0, 0
+	var errs []error
+	for _, s := range set.servers {
+		if !reach(ctx, s) {
+			continue
+		}
+		ok, err := create(ctx, s, c)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			if set.cfg.IsFault(err) {
+				s.MarkDown(err)
+			}
+		case ok:
+			created++
+		default:
+			existed++
+		}
+	}
+	set.Forget(ns.Name)
+	switch {
+	case created > 0:
+		return ns, nil
+	case existed > 0:
+		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
+	}
+	for _, e := range errs {
+		if !set.cfg.IsFault(e) {
+			return allocator.Namespace{}, e
+		}
+	}
+	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+}
+
+// UpdateNamespace replaces a namespace's settings (zero fields mean their defaults) on every usable
+// server; update changes them on one. A Start above the namespace's own is handed on as Advance, and
+// is the Start returned. ErrUnavailable when no server took the change.
+func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespace,
+	update func(context.Context, S, Change[R]) error) (allocator.Namespace, error) {
+	advance := ns.Start
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if set.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	defer cancel()
+	current, err := set.Latest(ctx, ns.Name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns.Start = current.Namespace().Start
+	c := Change[R]{Namespace: ns, Current: current, Advance: advance, UpdatedUS: set.cfg.Now().UnixMicro()}
+	updated := 0
+	var errs []error
+	for _, s := range set.servers {
+		if !s.Usable() {
+			continue
+		}
+		if err := update(ctx, s, c); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			if set.cfg.IsFault(err) {
+				s.MarkDown(err)
+			}
+			continue
+		}
+		updated++
+	}
+	set.Forget(ns.Name)
+	if updated == 0 {
+		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+	}
+	if advance > ns.Start {
+		ns.Start = advance
+	}
+	return ns, nil
+}
+
+// Namespace returns a namespace's latest settings with each server's state.
+func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States) (allocator.Namespace, error) {
+	if err := allocator.ValidateName(name); err != nil {
+		return allocator.Namespace{}, err
+	}
+	if set.closed.Load() {
+		return allocator.Namespace{}, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	defer cancel()
+	r, err := set.Latest(ctx, name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns := r.Namespace()
+	ns.Servers = states(ctx, []string{name})[name]
+	return ns, nil
+}
+
+// Namespaces lists the namespaces known to any usable server, sorted by name, each with its latest
+// settings and each server's state.
+func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocator.Namespace, error) {
+	if set.closed.Load() {
+		return nil, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	defer cancel()
+	latest := map[string]R{}
+	answered := 0
+	var errs []error
+	for _, s := range set.readable(ctx) {
+		recs, err := s.ReadRecords(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			continue
+		}
+		answered++
+		for _, r := range recs {
+			KeepLatest(latest, r)
+		}
+	}
+	if answered == 0 {
+		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, errors.Join(errs...))
+	}
+	names := make([]string, 0, len(latest))
+	for name := range latest {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	byName := states(ctx, names)
+	out := make([]allocator.Namespace, 0, len(names))
+	for _, name := range names {
+		ns := latest[name].Namespace()
+		ns.Servers = byName[name]
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// KeepLatest adds r to latest (by namespace name) unless latest holds a copy updated after it.
+func KeepLatest[R Record](latest map[string]R, r R) {
+	name := r.Namespace().Name
+	if cur, ok := latest[name]; !ok || r.UpdatedUS() > cur.UpdatedUS() {
+		latest[name] = r
+	}
+}
+
+// Settings returns a namespace's settings as Latest reads them, cached for SettingsTTL. When no server
+// answers, settings read before are good enough.
+func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
+	now := set.cfg.Now()
+	set.settingsMu.Lock()
+	c, ok := set.settings[name]
+	set.settingsMu.Unlock()
+	if ok && now.Sub(c.fetched) < set.cfg.SettingsTTL {
+		return c.rec, nil
+	}
+	rec, err := set.Latest(ctx, name)
+	if err != nil {
+		if ok && !errors.Is(err, allocator.ErrNotFound) {
+			return c.rec, nil // servers unreachable: the last known settings are good enough
+		}
+		var zero R
+		return zero, err
+	}
+	set.settingsMu.Lock()
+	set.settings[name] = cachedSettings[R]{rec: rec, fetched: now}
+	set.settingsMu.Unlock()
+	return rec, nil
+}
+
+// Forget drops a namespace's cached settings, after a change.
+func (set *Set[S, R]) Forget(name string) {
+	set.settingsMu.Lock()
+	delete(set.settings, name)
+	set.settingsMu.Unlock()
+}
+
+// Latest reads a namespace's settings from every usable server and returns the copy updated last:
+// ErrNotFound when each server that answered lacks it, ErrUnavailable when none answered.
+func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
+	var best R
+	found := false
+	var errs []error
+	answered := 0
+	for _, s := range set.readable(ctx) {
+		r, ok, err := s.ReadRecord(ctx, name)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+		case !ok:
+			answered++
+		default:
+			answered++
+			if !found || r.UpdatedUS() > best.UpdatedUS() {
+				best, found = r, true
+			}
+		}
+	}
+	switch {
+	case found:
+		return best, nil
+	case answered == 0:
+		return best, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
+	}
+	return best, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
+}
+
+// readable returns the servers that reads go to: the usable ones, and with ReviveToRead, when there
+// are none, those whose backoff has passed and that pass their checks again.
+func (set *Set[S, R]) readable(ctx context.Context) []S {
+	var out []S
+	for _, s := range set.servers {
+		if s.Usable() {
+			out = append(out, s)
+		}
+	}
+	if len(out) > 0 || !set.cfg.ReviveToRead {
+		return out
+	}
+	for _, s := range set.servers {
+		if s.Due(set.cfg.Now()) && s.Revive(ctx) == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
