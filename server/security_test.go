@@ -182,7 +182,8 @@ func TestTokenComparisonIsConstantTime(t *testing.T) {
 // through failures of every kind, with every request logged at debug, and then looks for each token in
 // the log, the answers and their headers.
 func TestTokensAreNeverLogged(t *testing.T) {
-	s := newTestServer(t, func(c *Config) { c.AccessLog = true; c.RateLimit, c.RateBurst = 1000, 40 })
+	clk := newClock() // stands still: the rate limit's buckets do not refill
+	s := newTestServer(t, func(c *Config) { c.AccessLog, c.now = true, clk.Now; c.RateLimit, c.RateBurst = 1, 40 })
 	wrong := []string{"wrong-token-0123456789", adminTok + "x", ordersTok[:len(ordersTok)-1], strings.ToUpper(linksTok)}
 	all := append([]string{adminTok, ordersTok, linksTok}, wrong...)
 	var answers strings.Builder

@@ -82,10 +82,14 @@ func artifactDir(t *testing.T) string {
 // is kept as an artifact.
 func TestStatusPageInChromium(t *testing.T) {
 	bin := chromiumPath(t)
-	f := newFake(nil) // without the namespaces of newTestServer: the page shows those this test makes
-	s := newTestServer(t, func(c *Config) { c.Auth, c.Backend = Auth{Disabled: true}, f })
+	// A clock that stands still, so that a slow machine cannot push the leases out of the last minute.
+	clk := &fakeClock{t: time.Now()}
+	f := newFake(clk.Now) // without the namespaces of newTestServer: the page shows those this test makes
+	m := NewMetrics()
+	m.now = clk.Now
+	s := newTestServer(t, func(c *Config) { c.Auth, c.Backend, c.Metrics, c.now = Auth{Disabled: true}, f, m, clk.Now })
 	s.fake = f
-	f.observer = s.metrics
+	f.observer = m
 	base := "http://" + listen(t, s.Server)
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
 	t.Cleanup(client.CloseIdleConnections) // before the server shuts down: cleanups run last first
