@@ -1,5 +1,6 @@
-// Package allocatortest holds the conformance suite every allocator.Backend runs, and checks for
-// uniqueness of leased blocks. It is imported by tests only.
+// Package allocatortest holds the conformance suite every allocator.Backend runs, checks for
+// uniqueness of leased blocks, and the load, fault and benchmark helpers the backends' tests share.
+// It is imported by tests only.
 package allocatortest
 
 import (

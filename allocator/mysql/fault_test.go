@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,54 +120,6 @@ func TestSyncBinlogRefusedWhenBinlogOn(t *testing.T) {
 	p.Close()
 }
 
-// leaseLoop leases from p on n goroutines until stop is closed; it records blocks and errors.
-type leaseLoop struct {
-	mu     sync.Mutex
-	blocks []allocator.Block
-	errs   []error
-	wg     sync.WaitGroup
-	count  atomic.Int64
-}
-
-func startLeasing(p *Pair, ns string, n int, stop <-chan struct{}) *leaseLoop {
-	l := &leaseLoop{}
-	for range n {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b, err := p.Lease(context.Background(), ns, 10)
-				l.mu.Lock()
-				if err != nil {
-					l.errs = append(l.errs, err)
-				} else {
-					l.blocks = append(l.blocks, b)
-				}
-				l.mu.Unlock()
-				l.count.Add(1)
-			}
-		}()
-	}
-	return l
-}
-
-func waitForLeases(t *testing.T, l *leaseLoop, n int64) {
-	t.Helper()
-	target := l.count.Load() + n
-	deadline := time.Now().Add(30 * time.Second)
-	for l.count.Load() < target {
-		if time.Now().After(deadline) {
-			t.Fatalf("leases stalled at %d", l.count.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestServerDiesMidRun kills one server of the pair while 16 goroutines lease: every lease still
 // succeeds. The killed server restarts and its next lease starts above every ID it issued before.
 func TestServerDiesMidRun(t *testing.T) {
@@ -183,60 +133,36 @@ func TestServerDiesMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	nameB := p.Servers()[1]
-	stop := make(chan struct{})
-	l := startLeasing(p, "orders", 16, stop)
-	waitForLeases(t, l, 500)
+	l := allocatortest.StartLeasing(p, "orders", 10, 16)
+	defer l.Stop()
+	l.WaitFor(t, 500)
 	if err := pair[1].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	killedAt := l.count.Load()
-	waitForLeases(t, l, 1000)
-	l.mu.Lock()
-	var highestB int64
-	for _, b := range l.blocks {
-		if last, _ := b.Last(); b.Server == nameB && last > highestB {
-			highestB = last
-		}
-	}
-	l.mu.Unlock()
+	killedAt := l.Count()
+	l.WaitFor(t, 1000)
+	before := l.Blocks()
+	highestB := allocatortest.Highest(before, nameB)
 
-	l.mu.Lock()
-	restartIdx := len(l.blocks)
-	l.mu.Unlock()
 	if err := pair[1].Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// B comes back: the probe checks it and leases reach it again.
-	deadline := time.Now().Add(20 * time.Second)
-	var afterRestart []allocator.Block
-	for len(afterRestart) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted server never served again")
-		}
-		time.Sleep(20 * time.Millisecond)
-		l.mu.Lock()
-		for _, b := range l.blocks[restartIdx:] {
-			if b.Server == nameB {
-				afterRestart = append(afterRestart, b)
-			}
-		}
-		l.mu.Unlock()
-	}
-	close(stop)
-	l.wg.Wait()
-	if len(l.errs) > 0 {
-		t.Fatalf("%d of %d leases failed while one server was down; first: %v", len(l.errs), l.count.Load(), l.errs[0])
+	afterRestart := l.WaitForServer(t, nameB, len(before))
+	l.Stop()
+	if errs := l.Errs(); len(errs) > 0 {
+		t.Fatalf("%d of %d leases failed while one server was down; first: %v", len(errs), l.Count(), errs[0])
 	}
 	for _, b := range afterRestart {
 		if b.Start <= highestB {
 			t.Fatalf("after SIGKILL and restart, %s leased %v, not above its highest earlier ID %d", nameB, b, highestB)
 		}
 	}
-	if err := allocatortest.CheckDisjoint(l.blocks); err != nil {
+	if err := allocatortest.CheckDisjoint(l.Blocks()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d leases (%d after the kill), none failed; B's highest ID before the kill %d, first block after restart %v",
-		l.count.Load(), l.count.Load()-killedAt, highestB, afterRestart[0])
+		l.Count(), l.Count()-killedAt, highestB, afterRestart[0])
 }
 
 // TestBothDownIsUnavailableWithinTimeout stops both servers: a lease fails with ErrUnavailable within
@@ -263,39 +189,12 @@ func TestBothDownIsUnavailableWithinTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 3 {
-		start := time.Now()
-		_, err := p.Lease(ctx, "orders", 100)
-		took := time.Since(start)
-		if !errors.Is(err, allocator.ErrUnavailable) {
-			t.Fatalf("with both servers down: %v, want ErrUnavailable", err)
-		}
-		// Generous slack: the bound under test is the configured timeout, not the machine's speed.
-		if took > timeout+2*time.Second {
-			t.Fatalf("ErrUnavailable after %v, configured timeout %v", took, timeout)
-		}
-	}
-	for _, h := range p.Health() {
-		if h.Healthy || h.Error == "" {
-			t.Fatalf("health %+v, want unhealthy with a reason", h)
-		}
-	}
+	allocatortest.CheckUnavailable(t, p, "orders", 100, timeout)
 	if err := pair[0].Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, err := p.Lease(ctx, "orders", 100)
-		if err == nil {
-			if b.Start <= before.Start && b.Server == before.Server {
-				t.Fatalf("after restart leased %v, not above %v", b, before)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease after a server restarted: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if b := allocatortest.LeaseWithin(t, p, "orders", 100, 20*time.Second); b.Start <= before.Start && b.Server == before.Server {
+		t.Fatalf("after restart leased %v, not above %v", b, before)
 	}
 }
 

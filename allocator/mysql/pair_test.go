@@ -53,59 +53,15 @@ func TestParity(t *testing.T) {
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "parity"}); err != nil {
 		t.Fatal(err)
 	}
-	const goroutines, total = 32, 100_000
-	var (
-		mu     sync.Mutex
-		blocks = make([]allocator.Block, 0, total)
-		left   atomic.Int64
-		wg     sync.WaitGroup
-		failed atomic.Value
-	)
-	left.Store(total)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local []allocator.Block
-			for i := 0; left.Add(-1) >= 0; i++ {
-				b, err := p.Lease(ctx, "parity", int64(1+(g+i)%10))
-				if err != nil {
-					failed.Store(err)
-					return
-				}
-				local = append(local, b)
-			}
-			mu.Lock()
-			blocks = append(blocks, local...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	blocks, err := allocatortest.LeaseConcurrently(p, "parity", 32, 100_000)
+	if err != nil {
 		t.Fatal(err)
 	}
-	names := p.Servers()
-	perServer := map[string]int{}
-	for _, b := range blocks {
-		want := int64(1) // the first server (offset 1) is odd
-		if b.Server == names[1] {
-			want = 0
-		}
-		if b.Step != 2 || b.Start%2 != want {
-			t.Fatalf("block %v from %s breaks parity (want IDs ≡ %d mod 2)", b, b.Server, want)
-		}
-		perServer[b.Server]++
-	}
-	if len(blocks) != total {
-		t.Fatalf("%d blocks, want %d", len(blocks), total)
-	}
-	if perServer[names[0]] == 0 || perServer[names[1]] == 0 {
-		t.Fatalf("round-robin used one server only: %v", perServer)
-	}
-	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+	perServer, err := allocatortest.CheckParity(blocks, p.Servers()) // the first server (offset 1) is odd
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d leases: %v", total, perServer)
+	t.Logf("%d leases: %v", len(blocks), perServer)
 }
 
 // comCounters reads the statement counters of the session behind db (whose pool holds one connection).

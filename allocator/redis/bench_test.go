@@ -3,12 +3,10 @@ package redis
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
@@ -39,37 +37,12 @@ func BenchmarkLease(b *testing.B) {
 		for _, g := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", setup.name, g), func(b *testing.B) {
 				b.ReportAllocs()
-				leaseConcurrently(b, s, g)
+				allocatortest.RunConcurrent(b, allocatortest.Concurrent{Goroutines: g, Unit: "leases/s",
+					Call: func() error {
+						_, err := s.Lease(ctx, "bench", 1000)
+						return err
+					}})
 			})
 		}
 	}
-}
-
-// leaseConcurrently spreads b.N leases over g goroutines and reports leases per second.
-func leaseConcurrently(b *testing.B, s *Store, g int) {
-	var left atomic.Int64
-	var firstErr atomic.Value
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				if _, err := s.Lease(context.Background(), "bench", 1000); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err, _ := firstErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "leases/s")
 }

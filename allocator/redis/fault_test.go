@@ -1,13 +1,10 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,24 +13,6 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/internal/testservers"
 )
-
-// syncBuffer is a log destination that goroutines may write while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestVolatileInstancesAreRefused runs one Redis through the settings that lose acknowledged writes:
 // each is refused with an error that says how to fix it, and AllowVolatile opens it with a warning.
@@ -70,7 +49,7 @@ func TestVolatileInstancesAreRefused(t *testing.T) {
 		refused(t, `appendonly is "no"`, "a restart loses every lease since the last snapshot")
 	})
 	t.Run("no AOF allowed", func(t *testing.T) {
-		var logs syncBuffer
+		var logs allocatortest.LogBuffer
 		cfg := testConfig(r.Addr())
 		cfg.AllowVolatile, cfg.Logger = true, slog.New(slog.NewTextHandler(&logs, nil))
 		s := openStore(t, cfg)
@@ -104,65 +83,6 @@ func TestVolatileInstancesAreRefused(t *testing.T) {
 	})
 }
 
-// leaseLoop leases from s on n goroutines until stop is closed; it records blocks and errors.
-type leaseLoop struct {
-	mu     sync.Mutex
-	blocks []allocator.Block
-	errs   []error
-	wg     sync.WaitGroup
-	count  atomic.Int64
-}
-
-func startLeasing(s *Store, ns string, n int, stop <-chan struct{}) *leaseLoop {
-	l := &leaseLoop{}
-	for range n {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b, err := s.Lease(context.Background(), ns, 10)
-				l.mu.Lock()
-				if err != nil {
-					l.errs = append(l.errs, err)
-				} else {
-					l.blocks = append(l.blocks, b)
-				}
-				l.mu.Unlock()
-				l.count.Add(1)
-			}
-		}()
-	}
-	return l
-}
-
-func (l *leaseLoop) waitFor(t *testing.T, n int64) {
-	t.Helper()
-	target := l.count.Load() + n
-	deadline := time.Now().Add(30 * time.Second)
-	for l.count.Load() < target {
-		if time.Now().After(deadline) {
-			t.Fatalf("leases stalled at %d", l.count.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// highest returns the last ID of the highest block server issued among blocks.
-func highest(blocks []allocator.Block, server string) int64 {
-	var h int64
-	for _, b := range blocks {
-		if last, _ := b.Last(); b.Server == server && last > h {
-			h = last
-		}
-	}
-	return h
-}
-
 // TestInstanceKilledMidRun kills one of two instances (SIGKILL) while 16 goroutines lease: every lease
 // still succeeds, from the other. The killed instance restarts from its append-only file, comes back
 // into rotation, and its next block starts above every ID it issued before.
@@ -174,26 +94,16 @@ func TestInstanceKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	nameB := pair[1].Addr()
-	stop := make(chan struct{})
-	l := startLeasing(s, "orders", 16, stop)
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		l.wg.Wait()
-	}()
-	l.waitFor(t, 500)
+	l := allocatortest.StartLeasing(s, "orders", 10, 16)
+	defer l.Stop()
+	l.WaitFor(t, 500)
 	if err := pair[1].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	killedAt := l.count.Load()
-	l.waitFor(t, 2000)
-	l.mu.Lock()
-	highestB := highest(l.blocks, nameB)
-	restartIdx := len(l.blocks)
-	l.mu.Unlock()
+	killedAt := l.Count()
+	l.WaitFor(t, 2000)
+	before := l.Blocks()
+	highestB := allocatortest.Highest(before, nameB)
 	if highestB == 0 {
 		t.Fatal("B issued nothing before the kill")
 	}
@@ -201,36 +111,21 @@ func TestInstanceKilledMidRun(t *testing.T) {
 	if err := pair[1].Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	var afterRestart []allocator.Block
-	for len(afterRestart) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted instance never served again")
-		}
-		time.Sleep(20 * time.Millisecond)
-		l.mu.Lock()
-		for _, b := range l.blocks[restartIdx:] {
-			if b.Server == nameB {
-				afterRestart = append(afterRestart, b)
-			}
-		}
-		l.mu.Unlock()
-	}
-	close(stop)
-	l.wg.Wait()
-	if len(l.errs) > 0 {
-		t.Fatalf("%d of %d leases failed while one instance was down; first: %v", len(l.errs), l.count.Load(), l.errs[0])
+	afterRestart := l.WaitForServer(t, nameB, len(before))
+	l.Stop()
+	if errs := l.Errs(); len(errs) > 0 {
+		t.Fatalf("%d of %d leases failed while one instance was down; first: %v", len(errs), l.Count(), errs[0])
 	}
 	for _, b := range afterRestart {
 		if b.Start <= highestB || b.Start%2 != 0 {
 			t.Fatalf("after SIGKILL and restart, %s leased %v, not above its highest earlier ID %d (or odd)", nameB, b, highestB)
 		}
 	}
-	if err := allocatortest.CheckDisjoint(l.blocks); err != nil {
+	if err := allocatortest.CheckDisjoint(l.Blocks()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d leases (%d after the kill), none failed; B's highest ID before the kill %d, first block after restart %v",
-		l.count.Load(), l.count.Load()-killedAt, highestB, afterRestart[0])
+		l.Count(), l.Count()-killedAt, highestB, afterRestart[0])
 }
 
 // TestRestartContinuesAboveEveryIssuedID: leases, SIGKILL, restart, a new store: the counter read
@@ -263,7 +158,7 @@ func TestRestartContinuesAboveEveryIssuedID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := highest(blocks, r.Addr()); b.Start <= h {
+	if h := allocatortest.Highest(blocks, r.Addr()); b.Start <= h {
 		t.Fatalf("after SIGKILL and restart leased %v, at or below the highest issued ID %d", b, h)
 	}
 	if err := allocatortest.CheckDisjoint(append(blocks, b)); err != nil {
@@ -296,39 +191,13 @@ func TestAllDownIsUnavailableWithinTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 3 {
-		start := time.Now()
-		_, err := s.Lease(ctx, "orders", 100)
-		took := time.Since(start)
-		if !errors.Is(err, allocator.ErrUnavailable) {
-			t.Fatalf("with both instances down: %v, want ErrUnavailable", err)
-		}
-		// Generous slack: the bound under test is the configured timeout, not the machine's speed.
-		if took > timeout+2*time.Second {
-			t.Fatalf("ErrUnavailable after %v, configured timeout %v", took, timeout)
-		}
-	}
-	for _, h := range s.Health() {
-		if h.Healthy || h.Error == "" {
-			t.Fatalf("health %+v, want unhealthy with a reason", h)
-		}
-	}
+	allocatortest.CheckUnavailable(t, s, "orders", 100, timeout)
 	if err := pair[0].Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, err := s.Lease(ctx, "orders", 100)
-		if err == nil {
-			if b.Server != pair[0].Addr() || b.Start <= highest(before, pair[0].Addr()) {
-				t.Fatalf("after restart leased %v, not above %d", b, highest(before, pair[0].Addr()))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease after an instance restarted: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	b := allocatortest.LeaseWithin(t, s, "orders", 100, 20*time.Second)
+	if b.Server != pair[0].Addr() || b.Start <= allocatortest.Highest(before, pair[0].Addr()) {
+		t.Fatalf("after restart leased %v, not above %d", b, allocatortest.Highest(before, pair[0].Addr()))
 	}
 }
 

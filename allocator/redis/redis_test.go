@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,58 +93,15 @@ func TestParity(t *testing.T) {
 	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "parity"}); err != nil {
 		t.Fatal(err)
 	}
-	const goroutines, total = 32, 20_000
-	var (
-		mu     sync.Mutex
-		blocks = make([]allocator.Block, 0, total)
-		left   atomic.Int64
-		wg     sync.WaitGroup
-		failed atomic.Value
-	)
-	left.Store(total)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local []allocator.Block
-			for i := 0; left.Add(-1) >= 0; i++ {
-				b, err := s.Lease(ctx, "parity", int64(1+(g+i)%10))
-				if err != nil {
-					failed.Store(err)
-					return
-				}
-				local = append(local, b)
-			}
-			mu.Lock()
-			blocks = append(blocks, local...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	blocks, err := allocatortest.LeaseConcurrently(s, "parity", 32, 20_000)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(blocks) != total {
-		t.Fatalf("%d blocks, want %d", len(blocks), total)
-	}
-	perServer := map[string]int{}
-	for _, b := range blocks {
-		want := int64(1) // offset 1: odd
-		if b.Server == pair[1].Addr() {
-			want = 0
-		}
-		if b.Step != 2 || b.Start%2 != want {
-			t.Fatalf("block %v from %s breaks parity (want IDs ≡ %d mod 2)", b, b.Server, want)
-		}
-		perServer[b.Server]++
-	}
-	if perServer[pair[0].Addr()] == 0 || perServer[pair[1].Addr()] == 0 {
-		t.Fatalf("round-robin used one instance only: %v", perServer)
-	}
-	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+	perServer, err := allocatortest.CheckParity(blocks, []string{pair[0].Addr(), pair[1].Addr()}) // offset 1: odd
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d leases: %v", total, perServer)
+	t.Logf("%d leases: %v", len(blocks), perServer)
 }
 
 // TestOpenRefusesBadLayouts checks that instance layouts that could issue one ID twice are refused

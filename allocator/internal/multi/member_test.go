@@ -1,7 +1,6 @@
 package multi
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
 // clock is a settable time source for backoff tests.
@@ -30,25 +31,7 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// syncLog is a log destination that the code under test writes while the test reads it.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testConfig(c *clock, logs *syncLog) *Config {
+func testConfig(c *clock, logs *allocatortest.LogBuffer) *Config {
 	return &Config{Noun: "ticket server", Every: "every server", MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 		AttemptTimeout: time.Second, Timeout: 2 * time.Second, SettingsTTL: time.Minute, IsFault: IsServerFault,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: c.Now}
@@ -58,7 +41,7 @@ func testConfig(c *clock, logs *syncLog) *Config {
 // doubled per failure, capped at MaxBackoff, and jittered to between half of it and all of it.
 func TestBackoffDoublesWithJitterUpToMax(t *testing.T) {
 	c := &clock{now: time.Unix(1000, 0)}
-	var logs syncLog
+	var logs allocatortest.LogBuffer
 	m := NewMember("a:1", testConfig(c, &logs))
 	if m.Usable() || !m.Due(c.Now()) {
 		t.Fatal("an unchecked member must be down and due")
@@ -105,7 +88,7 @@ func TestBackoffDoublesWithJitterUpToMax(t *testing.T) {
 // down, and puts one that passes back in rotation, logging how long it was down.
 func TestReviveWith(t *testing.T) {
 	c := &clock{now: time.Unix(1000, 0)}
-	var logs syncLog
+	var logs allocatortest.LogBuffer
 	m := NewMember("b:2", testConfig(c, &logs))
 	m.MarkUsable()
 	m.MarkDown(errors.New("gone"))

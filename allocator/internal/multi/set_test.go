@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
 // fakeRecord is a namespace's settings as a fakeServer holds them.
@@ -95,12 +96,12 @@ type fixture struct {
 	servers []*fakeServer
 	clock   *clock
 	obs     *observer
-	logs    *syncLog
+	logs    *allocatortest.LogBuffer
 }
 
 func newFixture(t *testing.T, n int, tweak func(*Config)) *fixture {
 	t.Helper()
-	fx := &fixture{clock: &clock{now: time.Unix(1000, 0)}, obs: &observer{leases: map[string]int{}, failovers: map[string]int{}}, logs: &syncLog{}}
+	fx := &fixture{clock: &clock{now: time.Unix(1000, 0)}, obs: &observer{leases: map[string]int{}, failovers: map[string]int{}}, logs: &allocatortest.LogBuffer{}}
 	cfg := *testConfig(fx.clock, fx.logs)
 	cfg.Observer = fx.obs
 	if tweak != nil {

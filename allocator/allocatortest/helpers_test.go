@@ -1,0 +1,203 @@
+package allocatortest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+)
+
+// fakePair is an in-memory Flickr pair: server i issues IDs ≡ i+1 (mod 2), round-robin. skew makes
+// server 2 issue odd IDs (a broken pair); only makes one server serve everything.
+type fakePair struct {
+	mu      sync.Mutex
+	next    [2]int64
+	turn    int
+	down    bool
+	skew    bool
+	only    bool
+	servers []string
+}
+
+var _ allocator.Backend = (*fakePair)(nil)
+var _ allocator.HealthReporter = (*fakePair)(nil)
+
+func newFakePair() *fakePair { return &fakePair{next: [2]int64{1, 2}, servers: []string{"a:1", "b:2"}} }
+
+func (f *fakePair) Lease(_ context.Context, ns string, size int64) (allocator.Block, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return allocator.Block{}, fmt.Errorf("%w: both down", allocator.ErrUnavailable)
+	}
+	i := f.turn % 2
+	if f.only {
+		i = 0
+	}
+	f.turn++
+	start := f.next[i]
+	if f.skew && i == 1 {
+		start++
+	}
+	f.next[i] += 2 * size
+	return allocator.Block{Namespace: ns, Server: f.servers[i], Start: start, Step: 2, Size: size}, nil
+}
+
+func (f *fakePair) Health() []allocator.ServerHealth {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]allocator.ServerHealth, len(f.servers))
+	for i, s := range f.servers {
+		out[i] = allocator.ServerHealth{Name: s, Healthy: !f.down}
+		if f.down {
+			out[i].Error = "connection refused"
+		}
+	}
+	return out
+}
+
+func (f *fakePair) setDown(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+func (f *fakePair) CreateNamespace(context.Context, allocator.Namespace) (allocator.Namespace, error) {
+	return allocator.Namespace{}, nil
+}
+func (f *fakePair) UpdateNamespace(context.Context, allocator.Namespace) (allocator.Namespace, error) {
+	return allocator.Namespace{}, nil
+}
+func (f *fakePair) Namespace(context.Context, string) (allocator.Namespace, error) {
+	return allocator.Namespace{}, nil
+}
+func (f *fakePair) Namespaces(context.Context) ([]allocator.Namespace, error) { return nil, nil }
+func (f *fakePair) Close() error                                              { return nil }
+
+func TestParity(t *testing.T) {
+	f := newFakePair()
+	blocks, err := allocatortest.LeaseConcurrently(f, "parity", 8, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per, err := allocatortest.CheckParity(blocks, f.servers)
+	if err != nil || per["a:1"]+per["b:2"] != 1000 || per["a:1"] == 0 || per["b:2"] == 0 {
+		t.Fatalf("a sound pair: %v, %v", per, err)
+	}
+	for _, tc := range []struct {
+		name   string
+		spoil  func(*fakePair)
+		blocks func([]allocator.Block) []allocator.Block
+		says   string
+	}{
+		{"an odd ID from the even server", func(f *fakePair) { f.skew = true }, nil, "breaks parity"},
+		{"one server serves all", func(f *fakePair) { f.only = true }, nil, "never reached b:2"},
+		{"an ID issued twice", nil, func(b []allocator.Block) []allocator.Block { return append(b, b[0]) }, "overlap"},
+		{"a server not listed", nil, func(b []allocator.Block) []allocator.Block {
+			b[0].Server = "c:3"
+			return b
+		}, "none of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakePair()
+			if tc.spoil != nil {
+				tc.spoil(f)
+			}
+			blocks, err := allocatortest.LeaseConcurrently(f, "parity", 4, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.blocks != nil {
+				blocks = tc.blocks(blocks)
+			}
+			if _, err := allocatortest.CheckParity(blocks, f.servers); err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("CheckParity: %v, want an error saying %q", err, tc.says)
+			}
+		})
+	}
+	f.setDown(true)
+	if _, err := allocatortest.LeaseConcurrently(f, "parity", 4, 100); !errors.Is(err, allocator.ErrUnavailable) {
+		t.Fatalf("LeaseConcurrently with the pair down: %v", err)
+	}
+}
+
+func TestLeaseLoop(t *testing.T) {
+	f := newFakePair()
+	l := allocatortest.StartLeasing(f, "loop", 10, 4)
+	defer l.Stop()
+	l.WaitFor(t, 200)
+	f.setDown(true)
+	l.WaitFor(t, 50)
+	from := len(l.Blocks())
+	if len(l.Errs()) == 0 {
+		t.Fatal("no error recorded while the pair was down")
+	}
+	f.setDown(false)
+	fromB := l.WaitForServer(t, "b:2", from)
+	if fromB[0].Server != "b:2" {
+		t.Fatalf("WaitForServer returned %v", fromB)
+	}
+	l.Stop()
+	l.Stop()
+	blocks := l.Blocks()
+	if int64(len(blocks)+len(l.Errs())) != l.Count() || l.Count() < 250 {
+		t.Fatalf("%d blocks and %d errors for %d leases", len(blocks), len(l.Errs()), l.Count())
+	}
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, b := range blocks {
+		if last, _ := b.Last(); b.Server == "a:1" && last > want {
+			want = last
+		}
+	}
+	if h := allocatortest.Highest(blocks, "a:1"); h != want || h%2 != 1 {
+		t.Fatalf("Highest = %d, want %d", h, want)
+	}
+}
+
+func TestCheckUnavailableAndLeaseWithin(t *testing.T) {
+	f := newFakePair()
+	f.setDown(true)
+	allocatortest.CheckUnavailable(t, f, "ns", 10, time.Second)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		f.setDown(false)
+	}()
+	if b := allocatortest.LeaseWithin(t, f, "ns", 10, 10*time.Second); b.Size != 10 {
+		t.Fatalf("LeaseWithin: %v", b)
+	}
+}
+
+func TestRunConcurrent(t *testing.T) {
+	deadlock := errors.New("deadlock")
+	var mu sync.Mutex
+	calls := 0
+	res := testing.Benchmark(func(b *testing.B) {
+		calls = 0 // each round counts its own calls
+		allocatortest.RunConcurrent(b, allocatortest.Concurrent{Goroutines: 4, Unit: "ok/s", Tolerated: "deadlocks",
+			Tolerate: func(err error) bool { return errors.Is(err, deadlock) },
+			Call: func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				calls++
+				if calls%4 == 0 {
+					return deadlock
+				}
+				return nil
+			}})
+	})
+	if res.N == 0 || res.Extra["ok/s"] <= 0 {
+		t.Fatalf("result %+v: want a rate of successful calls", res)
+	}
+	if d := res.Extra["deadlocks"]; d != float64(res.N/4) {
+		t.Fatalf("%v deadlocks reported for %d calls, want %d", d, res.N, res.N/4)
+	}
+}

@@ -1,0 +1,189 @@
+package allocatortest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// LeaseLoop leases from a backend on several goroutines, one lease after another, until Stop, and
+// keeps every block and error: a fault test runs one while it kills and restarts servers. Safe for
+// concurrent use.
+type LeaseLoop struct {
+	mu     sync.Mutex
+	blocks []allocator.Block
+	errs   []error
+	count  atomic.Int64
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// StartLeasing starts goroutines that lease size IDs of namespace from b until Stop.
+func StartLeasing(b allocator.Backend, namespace string, size int64, goroutines int) *LeaseLoop {
+	l := &LeaseLoop{stop: make(chan struct{})}
+	for range goroutines {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				blk, err := b.Lease(context.Background(), namespace, size)
+				l.mu.Lock()
+				if err != nil {
+					l.errs = append(l.errs, err)
+				} else {
+					l.blocks = append(l.blocks, blk)
+				}
+				l.mu.Unlock()
+				l.count.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+// Stop stops the goroutines and waits for their last leases. Safe to call twice.
+func (l *LeaseLoop) Stop() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
+
+// Count is the number of leases finished so far, failed ones included.
+func (l *LeaseLoop) Count() int64 { return l.count.Load() }
+
+// Blocks returns the blocks leased so far, in the order they were recorded.
+func (l *LeaseLoop) Blocks() []allocator.Block {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]allocator.Block(nil), l.blocks...)
+}
+
+// Errs returns the errors of the leases that failed so far.
+func (l *LeaseLoop) Errs() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+
+// WaitFor waits until n more leases have finished, and fails t when they take over 30 seconds.
+func (l *LeaseLoop) WaitFor(t testing.TB, n int64) {
+	t.Helper()
+	target := l.count.Load() + n
+	deadline := time.Now().Add(30 * time.Second)
+	for l.count.Load() < target {
+		if time.Now().After(deadline) {
+			t.Fatalf("leases stalled at %d", l.count.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// WaitForServer waits until the blocks recorded from index from on include some from server, and
+// returns those; it fails t when there is none after 20 seconds. A test that restarts a server passes
+// len(Blocks()) from before the restart.
+func (l *LeaseLoop) WaitForServer(t testing.TB, server string, from int) []allocator.Block {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var found []allocator.Block
+		l.mu.Lock()
+		for _, b := range l.blocks[from:] {
+			if b.Server == server {
+				found = append(found, b)
+			}
+		}
+		l.mu.Unlock()
+		if len(found) > 0 {
+			return found
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s leased nothing within 20s (after block %d)", server, from)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Highest returns the last ID of the highest block that server issued among blocks, or 0.
+func Highest(blocks []allocator.Block, server string) int64 {
+	var h int64
+	for _, b := range blocks {
+		if last, _ := b.Last(); b.Server == server && last > h {
+			h = last
+		}
+	}
+	return h
+}
+
+// CheckUnavailable leases from b three times with every ticket server down: each lease must fail with
+// ErrUnavailable within timeout, the backend's own bound (plus 2 seconds of slack: what is tested is
+// the bound, not the machine's speed), and, when b reports health, no server may be healthy or lack a
+// reason.
+func CheckUnavailable(t testing.TB, b allocator.Backend, namespace string, size int64, timeout time.Duration) {
+	t.Helper()
+	for range 3 {
+		start := time.Now()
+		_, err := b.Lease(context.Background(), namespace, size)
+		took := time.Since(start)
+		if !errors.Is(err, allocator.ErrUnavailable) {
+			t.Fatalf("with every server down: %v, want ErrUnavailable", err)
+		}
+		if took > timeout+2*time.Second {
+			t.Fatalf("ErrUnavailable after %v, configured timeout %v", took, timeout)
+		}
+	}
+	if hr, ok := b.(allocator.HealthReporter); ok {
+		for _, h := range hr.Health() {
+			if h.Healthy || h.Error == "" {
+				t.Fatalf("health %+v, want unhealthy with a reason", h)
+			}
+		}
+	}
+}
+
+// LeaseWithin leases from b until a lease succeeds, and fails t when none has after d: for a test
+// that waits for a server to come back.
+func LeaseWithin(t testing.TB, b allocator.Backend, namespace string, size int64, d time.Duration) allocator.Block {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		blk, err := b.Lease(context.Background(), namespace, size)
+		if err == nil {
+			return blk
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease within %v: %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// LogBuffer is a log destination that goroutines may write while a test reads it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
