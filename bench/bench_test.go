@@ -166,6 +166,12 @@ func TestClosedAndOpenLoopCountWhatHappened(t *testing.T) {
 	if row.Mode != "open" || row.TargetRate != 500 || row.P50ms < 1 {
 		t.Fatalf("open loop: %+v", row)
 	}
+	// A rate too slow for the duration still sends what fits in 2s at that rate.
+	calls.Store(1) // no deadlock in the first ten
+	row = openLoop(context.Background(), opts, "slow", op, 4, 10*time.Millisecond, 1_000_000)
+	if got := row.Ops + row.Errors; got != 8 || row.P50ms <= 0 {
+		t.Fatalf("open loop at 4/s for 10ms: %d requests, %+v; want 8", got, row)
+	}
 }
 
 // A server slower than the send rate shows in open-loop latency as queueing behind the intended send

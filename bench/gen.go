@@ -366,8 +366,8 @@ func timeParallel(ctx context.Context, g *generator, d time.Duration, procs int)
 			defer wg.Done()
 			var buf key
 			var n int64
-			for !stop.Load() && ctx.Err() == nil {
-				for range 64 {
+			for first := true; first || (!stop.Load() && ctx.Err() == nil); first = false {
+				for range 64 { // at least one round each, however busy the machine
 					if err := g.next(buf[:]); err != nil {
 						once.Do(func() { firstErr = err })
 						stop.Store(true)
@@ -383,6 +383,9 @@ func timeParallel(ctx context.Context, g *generator, d time.Duration, procs int)
 	took := time.Since(start)
 	if firstErr != nil {
 		return 0, 0, firstErr
+	}
+	if total.Load() == 0 {
+		return 0, 0, fmt.Errorf("no ID made in %s", took)
 	}
 	return total.Load(), took, ctx.Err()
 }

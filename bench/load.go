@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,9 @@ const opTimeout = 10 * time.Second
 
 // maxOpenRate bounds the open-loop rate: above it the sender, not the server, would set the pace.
 const maxOpenRate = 100_000
+
+// minOpenRequests is the fewest requests an open-loop measurement sends.
+const minOpenRequests = 20
 
 // maxInFlight bounds the open-loop mode's concurrent requests.
 const maxInFlight = 256
@@ -170,7 +174,10 @@ func closedLoop(ctx context.Context, opts Options, name string, op func(context.
 // instead of slowing the sender down (coordinated omission).
 func openLoop(ctx context.Context, opts Options, name string, op func(context.Context) (int64, error), perSecond float64, d time.Duration, maxOps int64) LoadRow {
 	row := LoadRow{Case: name, Mode: "open", TargetRate: perSecond}
-	n := min(int64(perSecond*d.Seconds()), maxOps)
+	// A slow case still gets a few requests: up to minOpenRequests, as many as fit in 2s at its rate.
+	n := int64(perSecond * d.Seconds())
+	n = max(n, min(minOpenRequests, int64(math.Ceil(perSecond*max(d, 2*time.Second).Seconds()))), 1)
+	n = min(n, maxOps)
 	var p progress
 	stop := make(chan struct{})
 	go showProgress(opts, fmt.Sprintf("%s, open loop at %s", name, rate(perSecond)), &p, stop)
