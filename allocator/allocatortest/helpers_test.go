@@ -163,7 +163,7 @@ func TestLeaseLoop(t *testing.T) {
 	}
 }
 
-func TestCheckUnavailableAndLeaseWithin(t *testing.T) {
+func TestWaitingForServers(t *testing.T) {
 	f := newFakePair()
 	f.setDown(true)
 	allocatortest.CheckUnavailable(t, f, "ns", 10, time.Second)
@@ -173,6 +173,10 @@ func TestCheckUnavailableAndLeaseWithin(t *testing.T) {
 	}()
 	if b := allocatortest.LeaseWithin(t, f, "ns", 10, 10*time.Second); b.Size != 10 {
 		t.Fatalf("LeaseWithin: %v", b)
+	}
+	got := allocatortest.LeaseUntil(t, "b:2", func() (allocator.Block, error) { return f.Lease(context.Background(), "ns", 5) })
+	if last := got[len(got)-1]; last.Server != "b:2" || len(got) > 2 {
+		t.Fatalf("LeaseUntil b:2 returned %v", got)
 	}
 }
 

@@ -115,6 +115,29 @@ func (l *LeaseLoop) WaitForServer(t testing.TB, server string, from int) []alloc
 	}
 }
 
+// LeaseUntil calls lease until it returns a block from server, and returns every block it leased,
+// that one last: for a test that waits for a server to serve again. It fails t on a lease error, or
+// when server has served nothing after 20 seconds.
+func LeaseUntil(t testing.TB, server string, lease func() (allocator.Block, error)) []allocator.Block {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var blocks []allocator.Block
+	for {
+		blk, err := lease()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, blk)
+		if blk.Server == server {
+			return blocks
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never served within 20s", server)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Highest returns the last ID of the highest block that server issued among blocks, or 0.
 func Highest(blocks []allocator.Block, server string) int64 {
 	var h int64
