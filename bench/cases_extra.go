@@ -48,7 +48,8 @@ func extraLoadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine
 	cases = append(cases, leaseCase("Redis lease n=100 (one instance)", 100, env, func(ctx context.Context) (allocator.Backend, func(), error) {
 		var r [3]byte
 		_, _ = rand.Read(r[:])
-		st, err := redis.Open(ctx, redis.Config{Addrs: []string{opts.Redis}, KeyPrefix: fmt.Sprintf("ticketd-bench-%x:", r), Logger: env.quiet, MaxConns: 128})
+		st, err := redis.Open(ctx, redis.Config{Addrs: []string{opts.Redis}, KeyPrefix: fmt.Sprintf("ticketd-bench-%x:", r), Logger: env.quiet, MaxConns: 128,
+			Timeout: opTimeout, AttemptTimeout: opTimeout / 2})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -135,12 +135,13 @@ func TestBenchBTreeAndLoad(t *testing.T) {
 		if r.Ops <= 0 || r.OpsPerSecond <= 0 || r.IDsPerSecond < r.OpsPerSecond || r.P50ms <= 0 || r.P99ms < r.P50ms || r.MaxMs < r.P99ms {
 			t.Errorf("%s %s %d: %+v", r.Case, r.Mode, r.Clients, r)
 		}
-		// On a busy machine a lease may time out or find no server in time; any other error is a defect.
-		for kind, n := range r.ErrorKinds {
-			busy := kind == "timeout" || kind == "unavailable" || strings.HasPrefix(kind, "HTTP 503") || strings.HasPrefix(kind, "HTTP 504")
-			if t.Logf("%s %s %d: %d %s errors", r.Case, r.Mode, r.Clients, n, kind); strings.Contains(r.Case, "lease") && !busy || n >= r.Ops {
-				t.Errorf("%s %s %d: %d %s errors (%d ops)", r.Case, r.Mode, r.Clients, n, kind, r.Ops)
-			}
+		// A lease never fails (the backends wait as long as a request may take); Flickr's REPLACE INTO may
+		// deadlock, which the report counts, but it must mostly succeed.
+		if strings.Contains(r.Case, "lease") && r.Errors != 0 {
+			t.Errorf("%s %s %d: %d errors %v", r.Case, r.Mode, r.Clients, r.Errors, r.ErrorKinds)
+		}
+		if r.Errors >= r.Ops {
+			t.Errorf("%s %s %d: %d errors for %d successes %v", r.Case, r.Mode, r.Clients, r.Errors, r.Ops, r.ErrorKinds)
 		}
 	}
 	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server", "SDK over HTTP",
