@@ -47,4 +47,9 @@ type Readiness struct {
 type ServerStatus struct {
 	Name    string `json:"name"`
 	Healthy bool   `json:"healthy"`
+	// Fenced means the server answers but its counter is below a peer's water mark (as after a restore
+	// from an old backup): it serves nothing until `ticketd repair`.
+	Fenced bool `json:"fenced,omitempty"`
+	// Reason says why an unhealthy server is out.
+	Reason string `json:"reason,omitempty"`
 }

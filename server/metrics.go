@@ -212,6 +212,7 @@ type stateCollector struct {
 	health   allocator.HealthReporter // may be nil
 	cache    *segmentCache            // may be nil
 	up       *prometheus.Desc
+	fenced   *prometheus.Desc
 	segments *prometheus.Desc
 	left     *prometheus.Desc
 	size     *prometheus.Desc
@@ -219,7 +220,9 @@ type stateCollector struct {
 
 func newStateCollector(h allocator.HealthReporter, c *segmentCache) *stateCollector {
 	return &stateCollector{health: h, cache: c,
-		up:       prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
+		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
+		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
+			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
 		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{"namespace"}, nil),
 		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{"namespace"}, nil),
 		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{"namespace"}, nil),
@@ -228,6 +231,7 @@ func newStateCollector(h allocator.HealthReporter, c *segmentCache) *stateCollec
 
 func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.up
+	ch <- sc.fenced
 	ch <- sc.segments
 	ch <- sc.left
 	ch <- sc.size
@@ -241,6 +245,11 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(sc.up, prometheus.GaugeValue, v, h.Name)
+			f := 0.0
+			if h.Fenced {
+				f = 1
+			}
+			ch <- prometheus.MustNewConstMetric(sc.fenced, prometheus.GaugeValue, f, h.Name)
 		}
 	}
 	if sc.cache != nil {

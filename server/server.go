@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -491,12 +492,25 @@ func (s *Server) healthz(c echo.Context) error {
 }
 
 // readyz is 200 while at least one ticket server is usable and the server is not shutting down.
+// clipReason bounds a server's error for /readyz, which anyone may read.
+func clipReason(s string) string {
+	const max = 500
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}
+
 func (s *Server) readyz(c echo.Context) error {
 	out := api.Readiness{Servers: []api.ServerStatus{}}
 	usable := s.health == nil
 	if s.health != nil {
 		for _, h := range s.health.Health() {
-			out.Servers = append(out.Servers, api.ServerStatus{Name: h.Name, Healthy: h.Healthy})
+			st := api.ServerStatus{Name: h.Name, Healthy: h.Healthy, Fenced: h.Fenced}
+			if !h.Healthy {
+				st.Reason = clipReason(h.Error)
+			}
+			out.Servers = append(out.Servers, st)
 			usable = usable || h.Healthy
 		}
 	}

@@ -597,12 +597,17 @@ func TestHealthAndReadiness(t *testing.T) {
 	if !r.Ready || len(r.Servers) != 2 {
 		t.Fatalf("readyz %+v", r)
 	}
-	s.fake.setHealthy("a", false)
-	if w := s.do(t, request{method: "GET", path: "/readyz"}); w.Code != 200 {
-		t.Fatalf("one server down: %d", w.Code)
+	s.fake.fence("a", "a's counter for orders is below b's water mark; run ticketd repair orders --server a")
+	w := s.do(t, request{method: "GET", path: "/readyz"})
+	r = decode[api.Readiness](t, w)
+	if w.Code != 200 || !r.Ready || !r.Servers[0].Fenced || r.Servers[0].Healthy || !strings.Contains(r.Servers[0].Reason, "ticketd repair") || r.Servers[1].Reason != "" {
+		t.Fatalf("one server fenced: %d %s", w.Code, w.Body.String())
+	}
+	if m := s.do(t, request{method: "GET", path: "/metrics"}).Body.String(); !strings.Contains(m, `ticketd_ticket_server_fenced{server="a"} 1`) || !strings.Contains(m, `ticketd_ticket_server_fenced{server="b"} 0`) {
+		t.Fatalf("metrics do not say which server is fenced")
 	}
 	s.fake.setHealthy("b", false)
-	w := s.do(t, request{method: "GET", path: "/readyz"})
+	w = s.do(t, request{method: "GET", path: "/readyz"})
 	r = decode[api.Readiness](t, w)
 	if w.Code != 503 || r.Ready || r.Error == nil || r.Error.Code != api.CodeNotReady || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("both down: %d %s", w.Code, w.Body.String())

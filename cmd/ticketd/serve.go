@@ -16,7 +16,7 @@ import (
 
 func init() {
 	register(commandInfo{name: "serve",
-		summary: "Serve the HTTP API v1 (blocks, IDs, namespaces, /metrics) until SIGTERM or SIGINT, then finish the requests in flight and stop.",
+		summary: "Serve the HTTP API v1 (blocks, IDs, namespaces, /readyz, /metrics, and a status page at /) until SIGTERM or SIGINT, then finish the requests in flight and stop.",
 		new:     func() command { return &serveCmd{} }})
 }
 
