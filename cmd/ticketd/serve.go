@@ -26,6 +26,7 @@ type serveCmd struct {
 	adminToken, tokenFile                                  string
 	tokens                                                 tokenListFlag
 	noAuth                                                 bool
+	openByDefault                                          bool // no token, embedded store, loopback
 	tlsCert, tlsKey                                        string
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
 	shutdownTimeout                                        time.Duration
@@ -101,6 +102,13 @@ func (c *serveCmd) auth() (server.Auth, error) {
 			return a, usagef("--token-file %s: %v", c.tokenFile, err)
 		}
 		a.Tokens = append(a.Tokens, ts...)
+	}
+	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && isLoopback(c.listen) {
+		// Local development out of the box: `ticketd serve` with no database and no token answers on
+		// loopback only, and says so in its log. With a ticket server, or on any other address, a token
+		// (or an explicit --no-auth) is required.
+		c.noAuth, c.openByDefault = true, true
+		a.Disabled = true
 	}
 	if err := a.Validate(); err != nil {
 		if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 {
@@ -195,6 +203,9 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	addr := ln.Addr().String()
 	if c.noAuth {
 		msg := "authentication is off (--no-auth): anyone who can reach this address may lease IDs and change namespaces; for local development only"
+		if c.openByDefault {
+			msg = "authentication is off: no token is configured, and with the embedded store on a loopback address ticketd serves open for local development; give --admin-token or --token NS=TOKEN to require tokens"
+		}
 		if !isLoopback(addr) {
 			msg += "; this address is NOT loopback"
 		}

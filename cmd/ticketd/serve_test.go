@@ -530,14 +530,27 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	}
 }
 
-// TestServeInProcessOnTheEmbeddedStore drives Main the way main does, as the README's first command
-// runs it: no database, --no-auth on loopback, a curl-style form-encoded body.
+// TestServeInProcessOnTheEmbeddedStore drives Main the way main does, as the README runs it: no
+// database, on loopback, a curl-style form-encoded body — with --no-auth, and with no auth flag at all
+// (the embedded store on loopback serves open, and says so).
 func TestServeInProcessOnTheEmbeddedStore(t *testing.T) {
+	for name, c := range map[string]struct {
+		flags   []string
+		warning string
+	}{
+		"no-auth":  {[]string{"--no-auth"}, "authentication is off (--no-auth)"},
+		"no token": {nil, "authentication is off: no token is configured"},
+	} {
+		t.Run(name, func(t *testing.T) { serveEmbeddedOpen(t, c.flags, c.warning) })
+	}
+}
+
+func serveEmbeddedOpen(t *testing.T, flags []string, warning string) {
 	stderr := &lockedBuffer{}
 	m := &Main{Stdout: io.Discard, Stderr: stderr, Getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := m.ParseFlags(ctx, []string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}); err != nil {
+	if err := m.ParseFlags(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, flags...)); err != nil {
 		t.Fatal(err)
 	}
 	ran := make(chan error, 1)
@@ -556,7 +569,7 @@ func TestServeInProcessOnTheEmbeddedStore(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if !strings.Contains(stderr.String(), "authentication is off (--no-auth)") {
+	if !strings.Contains(stderr.String(), warning) {
 		t.Fatalf("no warning that authentication is off:\n%s", stderr.String())
 	}
 	resp, err := http.Post(url+"/v1/namespaces/demo/blocks", "application/x-www-form-urlencoded", strings.NewReader(`{"size":10}`))
@@ -590,7 +603,8 @@ func TestServeFlagMistakes(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no token", nil, []string{"serve", "--data-dir", dir}, "no token configured"},
+		{"no token on a public address", nil, []string{"serve", "--data-dir", dir, "--listen", "0.0.0.0:0"}, "no token configured"},
+		{"no token with the pair", nil, []string{"serve", "--mysql", "root@tcp(127.0.0.1:1)/x"}, "no token configured"},
 		{"no-auth with a token", map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}, []string{"serve", "--no-auth", "--data-dir", dir}, "disabled but tokens"},
 		{"short token", nil, []string{"serve", "--data-dir", dir, "--token", "orders=short"}, "at least 16"},
 		{"bad token list in the environment", map[string]string{"TICKETD_TOKENS": "orders"}, []string{"serve", "--data-dir", dir}, "want NAMESPACE=TOKEN"},
