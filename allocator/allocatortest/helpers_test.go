@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ type fakePair struct {
 	next    [2]int64
 	turn    int
 	down    bool
+	downB   bool // b:2 is killed: a:1 serves alone
 	skew    bool
 	only    bool
 	servers []string
@@ -37,7 +39,7 @@ func (f *fakePair) Lease(_ context.Context, ns string, size int64) (allocator.Bl
 		return allocator.Block{}, fmt.Errorf("%w: both down", allocator.ErrUnavailable)
 	}
 	i := f.turn % 2
-	if f.only {
+	if f.only || f.downB {
 		i = 0
 	}
 	f.turn++
@@ -203,5 +205,62 @@ func TestRunConcurrent(t *testing.T) {
 	}
 	if d := res.Extra["deadlocks"]; d != float64(res.N/4) {
 		t.Fatalf("%v deadlocks reported for %d calls, want %d", d, res.N, res.N/4)
+	}
+}
+
+// serverB kills and restarts b:2 of a fakePair; restore makes it come back with its counter reset,
+// as from an old backup.
+type serverB struct {
+	f       *fakePair
+	restore bool
+}
+
+func (s serverB) Kill() error {
+	s.f.mu.Lock()
+	s.f.downB = true
+	s.f.mu.Unlock()
+	return nil
+}
+
+func (s serverB) Start(context.Context) error {
+	s.f.mu.Lock()
+	s.f.downB = false
+	if s.restore {
+		s.f.next[1] = 2
+	}
+	s.f.mu.Unlock()
+	return nil
+}
+
+// fatalRecorder stands in for t in a check that must fail: it records the failure and ends the
+// goroutine, as t.Fatal does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Fatal(args ...any) { r.msg = fmt.Sprint(args...); runtime.Goexit() }
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestCheckKilledMidRun(t *testing.T) {
+	f := newFakePair()
+	after := allocatortest.CheckKilledMidRun(t, f, "ns", "b:2", serverB{f: f}, 200)
+	if len(after) == 0 || after[0].Server != "b:2" {
+		t.Fatalf("blocks after the restart: %v", after)
+	}
+	// A server that comes back below what it issued is caught.
+	f = newFakePair()
+	r := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		allocatortest.CheckKilledMidRun(r, f, "ns", "b:2", serverB{f: f, restore: true}, 200)
+	}()
+	<-done
+	if !strings.Contains(r.msg, "not above its highest earlier ID") {
+		t.Fatalf("a server restored from an old backup passed: %q", r.msg)
 	}
 }

@@ -115,6 +115,54 @@ func (l *LeaseLoop) WaitForServer(t testing.TB, server string, from int) []alloc
 	}
 }
 
+// Restartable is a ticket server that a test can kill and start again, as internal/testservers runs
+// them.
+type Restartable interface {
+	Kill() error
+	Start(ctx context.Context) error
+}
+
+// CheckKilledMidRun leases size-10 blocks of namespace from b on 16 goroutines, SIGKILLs victim (the
+// server b calls server) after 500 leases, lets duringKill more leases pass, starts it again and waits
+// until it serves. No lease may fail, no ID may be issued twice, and every block the victim leases
+// after its restart must start above every ID it issued before. It returns those blocks, for the
+// backend's own checks.
+func CheckKilledMidRun(t testing.TB, b allocator.Backend, namespace, server string, victim Restartable, duringKill int64) []allocator.Block {
+	t.Helper()
+	l := StartLeasing(b, namespace, 10, 16)
+	defer l.Stop()
+	l.WaitFor(t, 500)
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := l.Count()
+	l.WaitFor(t, duringKill)
+	before := l.Blocks()
+	highest := Highest(before, server)
+	if highest == 0 {
+		t.Fatalf("%s issued nothing before the kill", server)
+	}
+	if err := victim.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	afterRestart := l.WaitForServer(t, server, len(before))
+	l.Stop()
+	if errs := l.Errs(); len(errs) > 0 {
+		t.Fatalf("%d of %d leases failed while %s was down; first: %v", len(errs), l.Count(), server, errs[0])
+	}
+	for _, blk := range afterRestart {
+		if blk.Start <= highest {
+			t.Fatalf("after SIGKILL and restart, %s leased %v, not above its highest earlier ID %d", server, blk, highest)
+		}
+	}
+	if err := CheckDisjoint(l.Blocks()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d leases (%d after the kill), none failed; %s's highest ID before the kill %d, first block after restart %v",
+		l.Count(), l.Count()-killedAt, server, highest, afterRestart[0])
+	return afterRestart
+}
+
 // LeaseUntil calls lease until it returns a block from server, and returns every block it leased,
 // that one last: for a test that waits for a server to serve again. It fails t on a lease error, or
 // when server has served nothing after 20 seconds.

@@ -132,37 +132,7 @@ func TestServerDiesMidRun(t *testing.T) {
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
 	}
-	nameB := p.Servers()[1]
-	l := allocatortest.StartLeasing(p, "orders", 10, 16)
-	defer l.Stop()
-	l.WaitFor(t, 500)
-	if err := pair[1].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	killedAt := l.Count()
-	l.WaitFor(t, 1000)
-	before := l.Blocks()
-	highestB := allocatortest.Highest(before, nameB)
-
-	if err := pair[1].Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// B comes back: the probe checks it and leases reach it again.
-	afterRestart := l.WaitForServer(t, nameB, len(before))
-	l.Stop()
-	if errs := l.Errs(); len(errs) > 0 {
-		t.Fatalf("%d of %d leases failed while one server was down; first: %v", len(errs), l.Count(), errs[0])
-	}
-	for _, b := range afterRestart {
-		if b.Start <= highestB {
-			t.Fatalf("after SIGKILL and restart, %s leased %v, not above its highest earlier ID %d", nameB, b, highestB)
-		}
-	}
-	if err := allocatortest.CheckDisjoint(l.Blocks()); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d leases (%d after the kill), none failed; B's highest ID before the kill %d, first block after restart %v",
-		l.Count(), l.Count()-killedAt, highestB, afterRestart[0])
+	allocatortest.CheckKilledMidRun(t, p, "orders", p.Servers()[1], pair[1], 1000)
 }
 
 // TestBothDownIsUnavailableWithinTimeout stops both servers: a lease fails with ErrUnavailable within
