@@ -38,12 +38,13 @@ func extraLoadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine
 	more, why := sdkLoadCases(env)
 	cases, skipped = append(cases, more...), append(skipped, why...)
 	if opts.Redis == "" {
-		skipped = append(skipped, "MySQL vs Redis: no --redis address given")
+		skipped = append(skipped, "MySQL vs Redis: no --redis address given", "the URL shortener (it keeps links in Redis): no --redis address given")
 		return cases, skipped, nil
 	}
 	if err := loopbackOnly("Redis", opts.Redis); err != nil {
 		return nil, nil, err
 	}
+	cases = append(cases, shortenerCases(env, opts.Redis)...)
 	m.Redis = redisVersion(ctx, opts.Redis)
 	cases = append(cases, leaseCase("Redis lease n=100 (one instance)", 100, env, func(ctx context.Context) (allocator.Backend, func(), error) {
 		var r [3]byte

@@ -28,6 +28,8 @@ const maxInFlight = 256
 type loadCase struct {
 	name string
 	open func(ctx context.Context) (op func(ctx context.Context) (int64, error), done func(), err error)
+	// note, if set, is read after done and added to the report's notes.
+	note func() string
 }
 
 // LoadRow is one case at one concurrency (closed loop) or one rate (open loop).
@@ -63,6 +65,8 @@ type LoadReport struct {
 	Rows []LoadRow `json:"rows"`
 	// Skipped names the cases this run could not measure, and why.
 	Skipped []string `json:"skipped,omitempty"`
+	// Notes are figures a case measured besides its rows (e.g. blocks fetched per 1,000 links).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // recorder collects one worker's results.
@@ -257,6 +261,11 @@ func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*Loa
 			rep.Rows = append(rep.Rows, openLoop(ctx, opts, c.name, op, min(best/2, maxOpenRate), opts.Duration, maxOps))
 		}
 		done()
+		if c.note != nil {
+			if n := c.note(); n != "" {
+				rep.Notes = append(rep.Notes, n)
+			}
+		}
 	}
 	fmt.Fprintf(opts.Progress, "\rload: %d measurements%80s\n", len(rep.Rows), "")
 	return rep, nil

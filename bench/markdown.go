@@ -230,6 +230,12 @@ func (l *LoadReport) markdown(w io.Writer) {
 		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case, r.Mode, who,
 			count(int64(r.OpsPerSecond)), count(int64(r.IDsPerSecond)), millis(r.P50ms), millis(r.P90ms), millis(r.P99ms), millis(r.P999ms), millis(r.MaxMs), lag, errs)
 	}
+	if len(l.Notes) > 0 {
+		p("\n")
+		for _, n := range l.Notes {
+			p("- %s\n", n)
+		}
+	}
 	if len(l.Skipped) > 0 {
 		p("\nNot measured in this run:\n\n")
 		for _, s := range l.Skipped {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,7 +146,8 @@ func TestBenchBTreeAndLoad(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Flickr REPLACE INTO", "lease n=1 ", "lease n=100 ", "lease n=10,000", "one server", "SDK over HTTP",
-		"HTTP lease n=1, server cache on", "HTTP lease n=10,000, server cache off", "Redis lease"} {
+		"HTTP lease n=1, server cache on", "HTTP lease n=10,000, server cache off", "Redis lease",
+		"shortener: create link", "shortener: redirect"} {
 		found := false
 		for c := range seen {
 			found = found || strings.Contains(c, want)
@@ -153,6 +155,21 @@ func TestBenchBTreeAndLoad(t *testing.T) {
 		if !found {
 			t.Errorf("no load case %q among %v", want, seen)
 		}
+	}
+	// The shortener's note: far fewer blocks fetched from ticketd than links created.
+	var note string
+	for _, n := range rep.Load.Notes {
+		if strings.HasPrefix(n, "shortener:") {
+			note = n
+		}
+	}
+	var links, blocks int64
+	var per float64
+	if _, err := fmt.Sscanf(strings.ReplaceAll(note, ",", ""), "shortener: %d links created %d blocks fetched from ticketd: %f blocks per 1000 links", &links, &blocks, &per); err != nil {
+		t.Fatalf("note %q: %v", note, err)
+	}
+	if links < 10 || blocks < 1 || blocks*10 > links || per <= 0 {
+		t.Fatalf("the shortener created %d links from %d blocks (%.2f per 1,000): want far fewer blocks than links", links, blocks, per)
 	}
 }
 
