@@ -50,23 +50,40 @@ func StartMariaDB(ctx context.Context, opts MariaDBOptions) (*MariaDB, error) {
 	if opts.Offset == 0 {
 		opts.Offset = 1
 	}
-	if opts.Port == 0 {
-		p, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		opts.Port = p
-	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	m := &MariaDB{opts: opts, Port: opts.Port}
+	m := &MariaDB{opts: opts}
 	if _, err := os.Stat(m.DataDir()); errors.Is(err, os.ErrNotExist) {
 		if err := m.install(ctx); err != nil {
 			return nil, err
 		}
 	}
-	return m, m.Start(ctx)
+	err := onFreePort(opts.Port, func(port int) error {
+		m.opts.Port, m.Port = port, port
+		return m.Start(ctx)
+	})
+	return m, err
+}
+
+// onFreePort runs start on port, or, when port is 0, on a free port — again on another one if the
+// first was taken between the kernel naming it and the server binding it (other test processes pick
+// ports too).
+func onFreePort(port int, start func(port int) error) error {
+	if port != 0 {
+		return start(port)
+	}
+	var err error
+	for range 5 {
+		var p int
+		if p, err = FreePort(); err != nil {
+			return err
+		}
+		if err = start(p); err == nil || !strings.Contains(err.Error(), "in use") {
+			return err
+		}
+	}
+	return err
 }
 
 // DataDir is the server's data directory.
@@ -216,18 +233,15 @@ type Redis struct {
 
 // StartRedis starts redis-server with AOF and appendfsync always (unless Volatile) and waits for PONG.
 func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
-	if opts.Port == 0 {
-		p, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		opts.Port = p
-	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &Redis{opts: opts, Port: opts.Port}
-	return r, r.Start(ctx)
+	r := &Redis{opts: opts}
+	err := onFreePort(opts.Port, func(port int) error {
+		r.opts.Port, r.Port = port, port
+		return r.Start(ctx)
+	})
+	return r, err
 }
 
 // Addr is host:port.
