@@ -47,6 +47,8 @@ type server struct {
 	fenced   []string // namespaces below a peer's water mark
 
 	marks marks // highest counters seen here, for the peers' water marks
+
+	co coalescer // concurrent leases of one namespace share one UPDATE
 }
 
 func (s *server) vars() (serverVars, bool) {
@@ -298,52 +300,67 @@ func (s *server) ReadRecord(ctx context.Context, name string) (rowSettings, bool
 // ReadRecords reads every namespace row.
 func (s *server) ReadRecords(ctx context.Context) ([]rowSettings, error) { return s.readRows(ctx) }
 
-// lease is the one-statement, one-round-trip lease: the UPDATE moves the counter and LAST_INSERT_ID(expr)
-// makes the OK packet carry its new value, the exclusive end of the block.
-func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) (allocator.Block, error) {
+// leaseUpdate is the one-statement, one-round-trip lease of total IDs: the UPDATE moves the counter and
+// LAST_INSERT_ID(expr) makes the OK packet carry its new value, the exclusive end of the range. The
+// range is cut into one block per size, in order (several callers' leases may share one UPDATE: see
+// coalescer). largest is checked against the namespace's max_block_size.
+func (s *server) leaseUpdate(ctx context.Context, ns allocator.Namespace, sizes []int64) ([]allocator.Block, error) {
+	var total, largest int64
+	for _, n := range sizes {
+		total += n
+		largest = max(largest, n)
+	}
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(next_id + ? * step)
 		WHERE name = ? AND ? <= max_block_size AND next_id <= 9223372036854775807 - ? * step`,
-		size, ns.Name, size, size)
+		total, ns.Name, largest, total)
 	if err != nil {
-		return allocator.Block{}, err
+		return nil, err
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return allocator.Block{}, err
+		return nil, err
 	}
 	if n == 0 {
-		return allocator.Block{}, s.whyNoLease(ctx, ns.Name, size)
+		return nil, s.whyNoLease(ctx, ns.Name, largest, total)
 	}
 	end, err := res.LastInsertId()
 	if err != nil {
-		return allocator.Block{}, err
+		return nil, err
 	}
 	v, _ := s.vars()
 	if end%v.increment != v.offset%v.increment {
 		// Only a row edited by hand gets here; refuse rather than risk the other server's IDs.
-		return allocator.Block{}, fmt.Errorf("%w: %s returned counter %d, not ≡ offset %d (mod %d); namespace %q's row was changed outside ticketd",
+		return nil, fmt.Errorf("%w: %s returned counter %d, not ≡ offset %d (mod %d); namespace %q's row was changed outside ticketd",
 			allocator.ErrMisconfigured, s.Name(), end, v.offset, v.increment, ns.Name)
 	}
-	blk, err := allocator.BlockEnding(ns.Name, s.Name(), end, v.increment, size, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
+	whole, err := allocator.BlockEnding(ns.Name, s.Name(), end, v.increment, total, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
 	if err != nil {
-		return blk, err
+		return nil, err
 	}
 	s.marks.observe(ns.Name, end)
-	return blk, nil
+	blocks := make([]allocator.Block, len(sizes))
+	var from int64
+	for i, n := range sizes {
+		if blocks[i], err = whole.Slice(from, n); err != nil {
+			return nil, err
+		}
+		from += n
+	}
+	return blocks, nil
 }
 
 // whyNoLease explains an UPDATE that matched no row.
-func (s *server) whyNoLease(ctx context.Context, name string, size int64) error {
+func (s *server) whyNoLease(ctx context.Context, name string, largest, total int64) error {
 	r, err := s.readRow(ctx, name)
 	if err != nil {
 		return err
 	}
-	if size > r.ns.MaxBlockSize {
-		return fmt.Errorf("%w: %d is above namespace %q's max_block_size %d", allocator.ErrInvalidSize, size, name, r.ns.MaxBlockSize)
+	if largest > r.ns.MaxBlockSize {
+		return fmt.Errorf("%w: %d is above namespace %q's max_block_size %d", allocator.ErrInvalidSize, largest, name, r.ns.MaxBlockSize)
 	}
 	return fmt.Errorf("%w: %s's counter for %q is %d; %d more IDs of step %d would pass %d",
-		allocator.ErrExhausted, s.Name(), name, r.next, size, r.step, int64(math.MaxInt64))
+		allocator.ErrExhausted, s.Name(), name, r.next, total, r.step, int64(math.MaxInt64))
 }
 
 // insertRow creates the namespace's row unless it exists; ok reports whether it was created. The

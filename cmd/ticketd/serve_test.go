@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,7 +145,12 @@ func (p *serveProc) stop(t *testing.T) error {
 var e2eClient = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
 func call(method, url, token, body string) (int, []byte, error) {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	return callCtx(context.Background(), method, url, token, body)
+}
+
+// callCtx is call with a context, for a client trace.
+func callCtx(ctx context.Context, method, url, token, body string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -457,13 +463,22 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 		err  error
 	}
 	answers := make(chan answer, inFlight)
+	var written atomic.Int64 // requests the server has been sent in full
+	trace := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				written.Add(1)
+			}
+		},
+	})
 	for i := 0; i < inFlight; i++ {
 		go func() {
-			code, body, err := call("POST", p.url+"/v1/namespaces/orders/blocks", e2eToken, `{"size":10}`)
+			code, body, err := callCtx(trace, "POST", p.url+"/v1/namespaces/orders/blocks", e2eToken, `{"size":10}`)
 			answers <- answer{code, body, err}
 		}()
 	}
-	// Wait until all eight UPDATEs wait on the lock.
+	// Wait until all eight requests are sent and the leases wait on the row locks: one UPDATE per server
+	// (concurrent leases of a namespace share the next UPDATE, so the others wait inside ticketd).
 	waiting := func() int {
 		n := 0
 		for _, db := range dbs {
@@ -474,12 +489,13 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 		return n
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for waiting() < inFlight {
+	for written.Load() < inFlight || waiting() < len(dbs) {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d leases reached the servers", waiting())
+			t.Fatalf("%d of %d requests sent, %d leases waiting on the servers", written.Load(), inFlight, waiting())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	time.Sleep(100 * time.Millisecond) // let the server read the last request it was sent
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	addr := strings.TrimPrefix(p.url, "http://")
 	deadline = time.Now().Add(10 * time.Second)
