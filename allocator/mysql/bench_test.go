@@ -53,7 +53,7 @@ func statements(b *testing.B, p *Pair, counter string) int64 {
 	for _, s := range p.set.All() {
 		var name string
 		var v int64
-		if err := s.ctl.QueryRow("SHOW GLOBAL STATUS LIKE '" + counter + "'").Scan(&name, &v); err != nil {
+		if err := s.ctl.QueryRow("SHOW GLOBAL STATUS LIKE '"+counter+"'").Scan(&name, &v); err != nil {
 			b.Fatal(err)
 		}
 		total += v
