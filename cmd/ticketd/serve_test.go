@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -35,17 +34,7 @@ import (
 // server package's own tests.
 var ticketdBin string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := testenv.BuildTicketd()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end tests: %v\n", err)
-		os.Exit(1)
-	}
-	ticketdBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m, &ticketdBin)) }
 
 const (
 	e2eAdmin = "e2e-admin-token-0123456789"
@@ -53,22 +42,7 @@ const (
 )
 
 // lockedBuffer collects a process's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = allocatortest.LogBuffer
 
 // serveProc is a `ticketd serve` process.
 type serveProc struct {

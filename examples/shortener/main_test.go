@@ -31,17 +31,7 @@ import (
 // serve` as a real process, the way the shortener meets it in production.
 var ticketdBin string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := testenv.BuildTicketd()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end test: %v\n", err)
-		os.Exit(1)
-	}
-	ticketdBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m, &ticketdBin)) }
 
 const (
 	adminToken = "e2e-admin-token-0123456789"

@@ -275,6 +275,19 @@ func BuildTicketd() (bin string, cleanup func(), err error) {
 	return bin, cleanup, nil
 }
 
+// RunWithTicketd is a TestMain body for tests that run `ticketd serve` as a process: it builds the
+// binary into *bin, runs the tests, removes it, and returns the exit code.
+func RunWithTicketd(m *testing.M, bin *string) int {
+	b, cleanup, err := BuildTicketd()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end tests: %v\n", err)
+		return 1
+	}
+	defer cleanup()
+	*bin = b
+	return m.Run()
+}
+
 // NoEndToEnd says why this test binary runs no end-to-end test, so that TestMain need not build
 // ticketd: -short, -run '^$' (benchmarks or fuzzing only), or a fuzzing worker process. Empty when it
 // may. Call it after flag.Parse.
