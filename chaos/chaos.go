@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -361,21 +360,11 @@ func (e *env) startServers(ctx context.Context) error {
 		}
 		dir, e.ownDir = d, d
 	}
-	var errs [2]error
-	var wg sync.WaitGroup
-	e.owned = make([]*testservers.MariaDB, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.owned[i], errs[i] = testservers.StartMariaDB(ctx, testservers.MariaDBOptions{
-				Dir: filepath.Join(dir, string(rune('a'+i))), Increment: 2, Offset: i + 1})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs[:]...); err != nil {
+	pair, err := testservers.StartPair(ctx, dir)
+	if err != nil {
 		return fmt.Errorf("chaos: starting the MariaDB pair: %w", err)
 	}
+	e.owned = pair[:]
 	for _, m := range e.owned {
 		db, err := openDB(m.DSN(""))
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -206,34 +205,16 @@ func PrivateMariaDB(t testing.TB, opts testservers.MariaDBOptions) *testservers.
 func PrivatePair(t testing.TB) [2]*testservers.MariaDB {
 	t.Helper()
 	haveMariaDB(t)
-	var out [2]*testservers.MariaDB
-	var errs [2]error
-	var wg sync.WaitGroup
-	root := ShortTempDir(t)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			out[i], errs[i] = testservers.StartMariaDB(ctx, testservers.MariaDBOptions{
-				Dir: filepath.Join(root, string(rune('a'+i))), Increment: 2, Offset: i + 1,
-			})
-		}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pair, err := testservers.StartPair(ctx, ShortTempDir(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for i := range 2 {
-		if out[i] != nil {
-			m := out[i]
-			t.Cleanup(func() { _ = m.Kill() })
-		}
+	for _, m := range pair {
+		t.Cleanup(func() { _ = m.Kill() })
 	}
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
+	return pair
 }
 
 // PrivateRedis starts a throwaway Redis of the test's own.

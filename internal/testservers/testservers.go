@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -345,4 +346,31 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// StartPair starts the Flickr ticket pair in dir/a and dir/b, in parallel: auto_increment_increment 2,
+// server a at offset 1 (odd IDs) and server b at offset 2 (even IDs). If either fails, both are
+// stopped.
+func StartPair(ctx context.Context, dir string) ([2]*MariaDB, error) {
+	var pair [2]*MariaDB
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range pair {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pair[i], errs[i] = StartMariaDB(ctx, MariaDBOptions{
+				Dir: filepath.Join(dir, string(rune('a'+i))), Increment: 2, Offset: i + 1})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		for _, m := range pair {
+			if m != nil {
+				_ = m.Kill()
+			}
+		}
+		return [2]*MariaDB{}, err
+	}
+	return pair, nil
 }

@@ -30,14 +30,10 @@ type States func(ctx context.Context, names []string) map[string][]allocator.Ser
 // namespace when it comes back. ErrExists when every server that answered had it.
 func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespace, reach func(context.Context, S) bool,
 	create func(context.Context, S, Change[R]) (created bool, err error)) (allocator.Namespace, error) {
-	ns = ns.WithDefaults()
-	if err := ns.Validate(); err != nil {
+	ns, ctx, cancel, err := set.begin(ctx, ns)
+	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	if set.closed.Load() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	c := Change[R]{Namespace: ns, UpdatedUS: set.cfg.Now().UnixMicro()}
 	created, existed := 0, 0
@@ -80,14 +76,10 @@ func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespac
 func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespace,
 	update func(context.Context, S, Change[R]) error) (allocator.Namespace, error) {
 	advance := ns.Start
-	ns = ns.WithDefaults()
-	if err := ns.Validate(); err != nil {
+	ns, ctx, cancel, err := set.begin(ctx, ns)
+	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	if set.closed.Load() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	current, err := set.Latest(ctx, ns.Name)
 	if err != nil {
@@ -266,4 +258,18 @@ func (set *Set[S, R]) readable(ctx context.Context) []S {
 		}
 	}
 	return out
+}
+
+// begin starts a namespace change: ns with its defaults, validated; the set still open; the call under
+// the set's timeout.
+func (set *Set[S, R]) begin(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, context.Context, context.CancelFunc, error) {
+	ns = ns.WithDefaults()
+	if err := ns.Validate(); err != nil {
+		return ns, ctx, nil, err
+	}
+	if set.closed.Load() {
+		return ns, ctx, nil, allocator.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	return ns, ctx, cancel, nil
 }

@@ -51,43 +51,18 @@ func up(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	type result struct {
-		m   *testservers.MariaDB
-		err error
+	servers, err := testservers.StartPair(ctx, *dir)
+	if err != nil {
+		return err
 	}
-	ch := make([]chan result, 2)
-	for i := range ch {
-		ch[i] = make(chan result, 1)
-		go func() {
-			m, err := testservers.StartMariaDB(ctx, testservers.MariaDBOptions{
-				Dir: filepath.Join(*dir, string(rune('a'+i))), Increment: 2, Offset: i + 1,
-			})
-			ch[i] <- result{m, err}
-		}()
-	}
-	var pids []string
-	var servers []*testservers.MariaDB
-	var firstErr error
-	for i := range ch {
-		r := <-ch[i]
-		if r.err != nil && firstErr == nil {
-			firstErr = r.err
-		}
-		if r.m != nil && r.err == nil {
-			servers = append(servers, r.m)
-			pids = append(pids, strconv.Itoa(r.m.Pid))
-		}
-	}
-	var redis *testservers.Redis
-	if firstErr == nil {
-		redis, firstErr = testservers.StartRedis(ctx, testservers.RedisOptions{Dir: filepath.Join(*dir, "r")})
-	}
-	if firstErr != nil {
+	redis, err := testservers.StartRedis(ctx, testservers.RedisOptions{Dir: filepath.Join(*dir, "r")})
+	if err != nil {
 		for _, m := range servers {
 			_ = m.Kill()
 		}
-		return firstErr
+		return err
 	}
+	pids := []string{strconv.Itoa(servers[0].Pid), strconv.Itoa(servers[1].Pid)}
 	pids = append(pids, strconv.Itoa(redis.Pid))
 	fmt.Printf("export TICKETD_TEST_MYSQL_A='%s'\n", servers[0].DSN(""))
 	fmt.Printf("export TICKETD_TEST_MYSQL_B='%s'\n", servers[1].DSN(""))
