@@ -205,3 +205,43 @@ func LeaseOrCreate(ctx context.Context, b Backend, namespace string, size int64)
 	}
 	return b.Lease(ctx, namespace, size)
 }
+
+// RepairOptions tunes Repairer.Repair.
+type RepairOptions struct {
+	// Margin is how many IDs (of the server's own step) to skip beyond the highest water mark, for
+	// leases that may have been issued after the last mark was written. Zero sizes it from the marks'
+	// history (see the backend's Repair).
+	Margin int64
+	// Force repairs a server that is not fenced. Without it such a server is refused: moving a healthy
+	// counter is almost always a mistake (a wrong server name, say).
+	Force bool
+}
+
+// RepairResult says what a repair changed, and why it chose the counter it did.
+type RepairResult struct {
+	Server    string `json:"server"`
+	Namespace string `json:"namespace"`
+	// Fenced is whether the server was fenced for the namespace before the repair.
+	Fenced bool `json:"fenced"`
+	// Reason is why it was fenced (empty when it was not).
+	Reason string `json:"reason,omitempty"`
+	// Before is the counter before the repair (0 when the server had lost the namespace).
+	Before int64 `json:"before,string"`
+	// Watermark is the highest counter any peer (or this process) recorded for the server, and Holder
+	// who recorded it.
+	Watermark int64  `json:"watermark,string"`
+	Holder    string `json:"holder,omitempty"`
+	// Margin is the IDs skipped beyond the mark, and MarginWhy how it was sized.
+	Margin    int64  `json:"margin,string"`
+	MarginWhy string `json:"margin_why"`
+	// After is the counter now.
+	After int64 `json:"after,string"`
+}
+
+// Repairer is implemented by backends that fence a ticket server whose counters went back (a restored
+// backup, lost data): Repair advances the server's counter for a namespace past what its peers
+// recorded, plus a margin, and lets it serve again. Run it only after checking why the server went
+// back. ErrMisconfigured (wrapped) when the server is not fenced and opts.Force is false.
+type Repairer interface {
+	Repair(ctx context.Context, namespace, server string, opts RepairOptions) (RepairResult, error)
+}

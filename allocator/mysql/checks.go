@@ -8,12 +8,14 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 )
 
-// readVars reads the settings that decide which IDs a server issues and whether they survive a crash.
+// readVars reads the settings that decide which IDs a server issues and whether they survive a crash:
+// the server's global values, which a change on the running server moves at once (a session keeps the
+// auto_increment values of the moment it connected).
 func readVars(ctx context.Context, db *sql.DB) (serverVars, error) {
 	var v serverVars
 	var logBin int64
-	err := db.QueryRowContext(ctx, `SELECT @@auto_increment_increment, @@auto_increment_offset,
-		@@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, @@version`).
+	err := db.QueryRowContext(ctx, `SELECT @@GLOBAL.auto_increment_increment, @@GLOBAL.auto_increment_offset,
+		@@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.log_bin, @@GLOBAL.sync_binlog, @@GLOBAL.version`).
 		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version)
 	v.logBin = logBin == 1
 	return v, err

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/ticketd/ticketd/allocator"
@@ -15,17 +16,23 @@ import (
 // server's lease rate is no longer bounded by one commit per lease. It is the ticket server's group
 // commit, done one level up.
 //
-// Every block still comes from the range of the statement that took it, never from a second read. A
-// caller that gives up while its group is in flight leaves its slice unused: a gap.
+// Every block still comes from the range of the statement that took it, never from a second read, and
+// a group runs only under the settings its first caller found checked, on a server still in rotation.
+// A caller that gives up while its group is in flight leaves its slice unused: a gap.
 type coalescer struct {
 	mu       sync.Mutex
 	inflight map[string]bool
 	pending  map[string]*leaseGroup
 }
 
+// errChangedWhileQueued means a lease group's server went out of rotation, or was checked again with
+// other settings, while the group waited: it does not run there.
+var errChangedWhileQueued = errors.New("mysql: ticket server went down or was checked again with other settings while leases waited for it")
+
 // leaseGroup is the leases waiting for the next UPDATE of a namespace.
 type leaseGroup struct {
 	ns     allocator.Namespace
+	view   *serverVars // the settings checked when the group formed
 	sizes  []int64
 	done   chan struct{}
 	blocks []allocator.Block
@@ -35,6 +42,10 @@ type leaseGroup struct {
 // lease takes a block of size IDs of ns on s, alone when no UPDATE of ns is in flight, or with the
 // group that waits for the next one.
 func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) (allocator.Block, error) {
+	v := s.view()
+	if v == nil {
+		return allocator.Block{}, fmt.Errorf("%s: %w", s.Name(), errNotChecked)
+	}
 	c := &s.co
 	c.mu.Lock()
 	if c.inflight == nil {
@@ -43,7 +54,7 @@ func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) 
 	if !c.inflight[ns.Name] {
 		c.inflight[ns.Name] = true
 		c.mu.Unlock()
-		blocks, err := s.leaseUpdate(ctx, ns, []int64{size})
+		blocks, err := s.leaseUpdate(ctx, v, ns, []int64{size})
 		s.next(ns.Name)
 		if err != nil {
 			return allocator.Block{}, err
@@ -52,7 +63,7 @@ func (s *server) lease(ctx context.Context, ns allocator.Namespace, size int64) 
 	}
 	g := c.pending[ns.Name]
 	if g == nil {
-		g = &leaseGroup{ns: ns, done: make(chan struct{})}
+		g = &leaseGroup{ns: ns, view: v, done: make(chan struct{})}
 		c.pending[ns.Name] = g
 	}
 	i := len(g.sizes)
@@ -83,10 +94,17 @@ func (s *server) next(name string) {
 }
 
 // runGroup takes the group's leases with one UPDATE, under an attempt timeout of its own (the callers
-// wait under theirs).
+// wait under theirs) — unless the server went out of rotation or was checked again with other settings
+// while the group waited.
 func (s *server) runGroup(g *leaseGroup) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.pair.cfg.AttemptTimeout)
-	blocks, err := s.leaseUpdate(ctx, g.ns, g.sizes)
+	var blocks []allocator.Block
+	var err error
+	if !s.Usable() || s.view() != g.view {
+		err = fmt.Errorf("%s: %w", s.Name(), errChangedWhileQueued)
+	} else {
+		blocks, err = s.leaseUpdate(ctx, g.view, g.ns, g.sizes)
+	}
 	g.blocks, g.errs = make([]allocator.Block, len(g.sizes)), make([]error, len(g.sizes))
 	switch {
 	case err == nil:
@@ -94,7 +112,7 @@ func (s *server) runGroup(g *leaseGroup) {
 	case errors.Is(err, allocator.ErrExhausted) && len(g.sizes) > 1:
 		// Together they do not fit below MaxInt64; some may alone. Each caller gets its own answer.
 		for i, n := range g.sizes {
-			b, err := s.leaseUpdate(ctx, g.ns, []int64{n})
+			b, err := s.leaseUpdate(ctx, g.view, g.ns, []int64{n})
 			if err == nil {
 				g.blocks[i] = b[0]
 			}

@@ -123,11 +123,8 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		if !ok {
 			continue
 		}
-		marks, err := p.peerMarks(ctx, s)
-		if err != nil {
-			problem("reading the water marks for %s: %v", s.Name(), err)
-		}
 		v, _ := s.vars()
+		marks := p.peerMarks(ctx, s, v.offset)
 		for _, name := range sorted {
 			nd := NamespaceDiagnosis{Namespace: name, Server: s.Name(), Watermark: marks[name].value, Holder: marks[name].holder, Status: "ok"}
 			r, present := mine[name]
@@ -168,7 +165,7 @@ func (p *Pair) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
 		return sd
 	}
 	s.mu.Lock()
-	s.v, s.haveVars = v, true
+	s.seen, s.haveSeen = v, true
 	s.mu.Unlock()
 	sd.Reachable, sd.Version, sd.Increment, sd.Offset = true, v.version, v.increment, v.offset
 	sd.FlushAtCommit, sd.LogBin, sd.SyncBinlog = v.flushAtCommit, v.logBin, v.syncBinlog

@@ -93,6 +93,8 @@ func (c Config) withDefaults() Config {
 type Pair struct {
 	cfg Config
 	set *multi.Set[*server, rowSettings] // the servers, their health, failover and cached settings
+	// kickGuard runs the restored-backup guard soon (see guard); nil until Open starts it.
+	kickGuard func()
 }
 
 var _ allocator.Backend = (*Pair)(nil)
@@ -109,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	cfg = p.cfg
 
 	// Check every server in parallel; a server that does not answer is left for later.
-	errs := p.set.InParallel(func(s *server) error { return s.inspect(ctx) })
+	errs := p.set.InParallel(func(s *server) error { _, err := s.inspect(ctx); return err })
 	var refused []error
 	reachable := 0
 	for i, s := range p.set.All() {
@@ -123,7 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 			s.MarkDown(errs[i])
 		}
 	}
-	if err := p.crossCheck(nil); err != nil {
+	if err := p.crossCheck(nil, serverVars{}); err != nil {
 		refused = append(refused, err)
 	}
 	if len(refused) > 0 {
@@ -134,67 +136,71 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 		p.closeDBs()
 		return nil, fmt.Errorf("%w: none of %s answered: %w", allocator.ErrUnavailable, p.names(), errors.Join(errs...))
 	}
-	fenced := 0
-	for _, s := range p.set.All() {
-		if !s.inspected() {
-			continue
-		}
-		err := s.admit(ctx)
-		switch {
-		case err == nil:
-		case errors.Is(err, allocator.ErrFenced):
-			s.MarkDown(err)
-			fenced++
-		case errors.Is(err, allocator.ErrMisconfigured):
-			p.closeDBs()
-			return nil, err
-		default:
-			cfg.Logger.Warn("ticket server failed its checks at start; serving from the others", "server", s.Name(), "err", err)
-			s.MarkDown(err)
-		}
-	}
-	// Servers admitted early could not see the rows of those admitted after them, nor their water marks.
-	usable := 0
-	for _, s := range p.set.All() {
-		if !s.Usable() {
-			continue
-		}
-		if err := s.syncFromPeers(ctx, nil); err != nil {
-			cfg.Logger.Warn("could not copy namespace rows from the other servers", "server", s.Name(), "err", err)
-		}
-		if err := p.checkFence(ctx, s); err != nil {
-			s.MarkDown(err)
-			if errors.Is(err, allocator.ErrFenced) {
-				fenced++
+	// Each server is checked twice: a server checked early could not see the rows of those checked
+	// after it, nor take its missed changes from them.
+	failed := make([]error, len(p.set.All()))
+	for pass := range 2 {
+		for i, s := range p.set.All() {
+			if errs[i] != nil || (pass == 1 && !s.Usable()) {
+				continue
 			}
-			continue
+			err := s.admit(ctx)
+			failed[i] = err
+			switch {
+			case err == nil:
+			case errors.Is(err, allocator.ErrMisconfigured) && pass == 0 && !isSchemaProblem(err):
+				p.closeDBs()
+				return nil, err
+			case errors.Is(err, allocator.ErrFenced), errors.Is(err, allocator.ErrMisconfigured):
+				// A fenced server, or one whose schema is behind, does not stop the process: it serves from
+				// the others, and says why the server is out, so that an operator can look.
+			default:
+				cfg.Logger.Warn("ticket server failed its checks at start; serving from the others", "server", s.Name(), "err", err)
+			}
 		}
-		usable++
 	}
-	// A fenced server does not stop the process: it serves from the others, and says why it is not
-	// ready, so that an operator can look and repair.
+	usable, fenced := 0, 0
+	for _, s := range p.set.All() {
+		if s.Usable() {
+			usable++
+		} else if s.reachable() {
+			fenced++
+		}
+	}
 	if usable+fenced == 0 {
 		p.closeDBs()
-		return nil, fmt.Errorf("%w: no ticket server of %s passed its checks", allocator.ErrUnavailable, p.names())
+		return nil, fmt.Errorf("%w: no ticket server of %s passed its checks: %w", allocator.ErrUnavailable, p.names(), errors.Join(append(failed, errs...)...))
 	}
 	p.set.Every(p.cfg.ProbeInterval, p.probe)
-	p.set.Every(p.cfg.WatermarkInterval, p.recordWatermarks)
+	p.kickGuard = p.set.Every(p.cfg.WatermarkInterval, p.guard)
 	return p, nil
 }
 
+// isSchemaProblem reports whether a refusal is about a server's schema (missing or behind), which an
+// operator fixes with `ticketd migrate` while the other servers serve.
+func isSchemaProblem(err error) bool { return strings.Contains(err.Error(), "ticketd migrate") }
+
 func (p *Pair) names() string { return strings.Join(p.set.Names(), ", ") }
 
-// crossCheck compares the auto_increment settings of the servers in rotation and the candidate (all
-// inspected servers when candidate is nil, at Open): one increment for all, a distinct offset each, and
-// an increment no smaller than the number of servers.
-func (p *Pair) crossCheck(candidate *server) error {
+// crossCheck compares auto_increment settings: one increment for all, a distinct offset each, and an
+// increment no smaller than the number of servers. With a candidate, its settings v are compared with
+// the settings every other server last passed its checks with — also a server that is down now, since
+// it comes back with its offset. Without one (at Open), the settings of every server that answered are
+// compared.
+func (p *Pair) crossCheck(candidate *server, v serverVars) error {
 	var list []namedVars
+	if candidate != nil {
+		list = append(list, namedVars{candidate.Name(), v})
+	}
 	for _, s := range p.set.All() {
-		v, ok := s.vars()
-		if !ok || (candidate != nil && s != candidate && !s.Usable()) {
+		if s == candidate {
 			continue
 		}
-		list = append(list, namedVars{s.Name(), v})
+		if c := s.view(); c != nil {
+			list = append(list, namedVars{s.Name(), *c})
+		} else if seen, ok := s.vars(); ok && candidate == nil {
+			list = append(list, namedVars{s.Name(), seen})
+		}
 	}
 	return errors.Join(crossProblems(list, len(p.set.All()))...)
 }
@@ -218,7 +224,8 @@ func (p *Pair) probe() {
 	}
 }
 
-// Close stops background checks and closes every connection pool. Safe to call twice.
+// Close stops background checks, writes the water marks one last time and closes every connection
+// pool. Safe to call twice.
 func (p *Pair) Close() error {
 	p.set.Close(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
@@ -267,12 +274,26 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 func (p *Pair) leaseOn(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
 	blk, err := s.lease(ctx, r.ns, size)
 	if errors.Is(err, errRowMissing) {
-		// The server was down when the namespace was created: give it the row, then lease.
-		if err = s.ensureRow(ctx, r.ns, 0); err == nil {
+		// The server was down when the namespace was created, and nothing says it ever issued from it
+		// (else the lease would have fenced it): give it the row, then lease.
+		if err = s.ensureRow(ctx, r.ns); err == nil {
 			blk, err = s.lease(ctx, r.ns, size)
 		}
 	}
 	return blk, err
+}
+
+// ensureRow creates a namespace's row on a checked server that lacks it.
+func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace) error {
+	v := s.view()
+	if v == nil {
+		return fmt.Errorf("%s: %w", s.Name(), errNotChecked)
+	}
+	created, err := s.insertRow(ctx, *v, ns, 0, s.pair.cfg.now().UnixMicro())
+	if created {
+		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.Name(), "namespace", ns.Name)
+	}
+	return err
 }
 
 // CreateNamespace creates the namespace's row on every usable server. A server that is down gets its
@@ -281,19 +302,29 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 	return p.set.CreateNamespace(ctx, ns, func(ctx context.Context, s *server) bool {
 		return s.Usable() || s.Revive(ctx) == nil // a server in backoff is checked again now
 	}, func(ctx context.Context, s *server, c multi.Change[rowSettings]) (bool, error) {
-		return s.insertRow(ctx, c.Namespace, 0, c.UpdatedUS)
+		v := s.view()
+		if v == nil {
+			return false, fmt.Errorf("%s: %w", s.Name(), errNotChecked)
+		}
+		return s.insertRow(ctx, *v, c.Namespace, 0, c.UpdatedUS)
 	})
 }
 
 // UpdateNamespace replaces the namespace's settings (zero fields mean their defaults) on every usable
-// server. A Start above a server's counter advances the counter; counters never move back.
+// server. A Start above the namespace's own becomes its start and advances every counter below it;
+// counters never move back. A server that is down catches up when it comes back.
 func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
 	return p.set.UpdateNamespace(ctx, ns, func(ctx context.Context, s *server, c multi.Change[rowSettings]) error {
-		err := s.updateRow(ctx, c.Namespace, c.Advance, c.UpdatedUS)
+		v := s.view()
+		if v == nil {
+			return fmt.Errorf("%s: %w", s.Name(), errNotChecked)
+		}
+		start := max(c.Namespace.Start, c.Advance)
+		err := s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS)
 		if errors.Is(err, errRowMissing) {
 			// Created while this server was down: create it now with the new settings.
-			if err = s.ensureRow(ctx, c.Namespace, 0); err == nil {
-				err = s.updateRow(ctx, c.Namespace, c.Advance, c.UpdatedUS)
+			if err = s.ensureRow(ctx, c.Namespace); err == nil {
+				err = s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS)
 			}
 		}
 		return err

@@ -7,41 +7,104 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/internal/multi"
 )
 
-// The restored-backup guard. A ticket server restored from an old backup comes back with counters that
-// went back in time, and would issue again every ID since the backup. To catch it, the pair writes each
-// server's highest counter seen (its high-water mark) into the other servers' ticketd_watermarks
-// table — in the background every WatermarkInterval and on Close — and when a server starts or comes
-// back, its counters are compared with what its peers (and this process) recorded. A server below a
-// mark is fenced: it serves nothing until `ticketd repair` advances it.
+// The restored-backup guard. A ticket server restored from an old backup (or a dump reloaded into it,
+// or a rebuild that lost its data) comes back with counters that went back in time, and would issue
+// again every ID since. Three things catch it:
+//
+//   - Every lease statement requires the counter to be at or above the floor: the highest counter this
+//     process has seen on the server, raised to what the peers' water marks say (see leaseSQL). A
+//     process that leased past the restored point, or read a mark past it, refuses the server at its
+//     next lease, even on connections that stayed open.
+//   - The pair writes each server's highest counter seen (its high-water mark) into the other servers'
+//     ticketd_watermarks table, with the pace of its leases, every WatermarkInterval and on Close; and
+//     every WatermarkInterval it reads the marks back and compares them with each server's counters.
+//   - Every check of a server (at start, on a new connection, when it comes back) does the same.
+//
+// A server below a mark is fenced: it serves nothing until `ticketd repair` advances it. What this
+// cannot see: leases of the last WatermarkInterval or so that no mark holds yet, by processes other
+// than the one checking.
 
-// marks are the highest counter values seen on one server, per namespace. Safe for concurrent use.
+// watermark is the highest counter seen on a server for one namespace, and who saw it.
+type watermark struct {
+	value  int64
+	holder string
+}
+
+// marks are the floors of one server: per namespace, the highest counter seen there by this process or
+// read in a peer's water marks. Safe for concurrent use.
 type marks struct {
 	mu   sync.Mutex
-	high map[string]int64
+	high map[string]watermark
+	// leasedSince counts, per namespace, the counter units leased here since rates were last taken.
+	leasedSince map[string]int64
+	ratesAt     time.Time
 	// written[peer][ns] is the value last written into that peer's table.
 	written map[*server]map[string]int64
 }
 
-func (m *marks) observe(ns string, end int64) {
+const thisProcess = "this ticketd process"
+
+// observe raises a namespace's floor to v, seen by holder.
+func (m *marks) observe(ns string, v int64, holder string) {
 	m.mu.Lock()
-	if m.high == nil {
-		m.high = map[string]int64{}
-	}
-	if end > m.high[ns] {
-		m.high[ns] = end
-	}
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	m.observeLocked(ns, v, holder)
 }
 
-func (m *marks) get(ns string) int64 {
+func (m *marks) observeLocked(ns string, v int64, holder string) {
+	if m.high == nil {
+		m.high = map[string]watermark{}
+	}
+	if v > m.high[ns].value {
+		m.high[ns] = watermark{v, holder}
+	}
+}
+
+// leased notes a lease that took the counter to end, span counter units after where it started.
+func (m *marks) leased(ns string, end, span int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.observeLocked(ns, end, thisProcess)
+	if m.leasedSince == nil {
+		m.leasedSince = map[string]int64{}
+	}
+	m.leasedSince[ns] += span
+}
+
+func (m *marks) get(ns string) watermark {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.high[ns]
+}
+
+func (m *marks) snapshot() map[string]watermark {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]watermark, len(m.high))
+	for ns, w := range m.high {
+		out[ns] = w
+	}
+	return out
+}
+
+// takeRates returns, per namespace, the counter units leased here per second since the last call.
+func (m *marks) takeRates(now time.Time) map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int64{}
+	if elapsed := now.Sub(m.ratesAt).Seconds(); !m.ratesAt.IsZero() && elapsed > 0 {
+		for ns, n := range m.leasedSince {
+			out[ns] = int64(float64(n) / elapsed)
+		}
+	}
+	m.leasedSince, m.ratesAt = nil, now
+	return out
 }
 
 // pending returns the marks the peer has not received yet.
@@ -49,9 +112,9 @@ func (m *marks) pending(peer *server) map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]int64{}
-	for ns, v := range m.high {
-		if m.written[peer][ns] < v {
-			out[ns] = v
+	for ns, w := range m.high {
+		if m.written[peer][ns] < w.value {
+			out[ns] = w.value
 		}
 	}
 	return out
@@ -71,14 +134,17 @@ func (m *marks) wrote(peer *server, ns string, v int64) {
 	}
 }
 
-// writeWatermarks writes every server's unwritten marks into each usable peer.
+// writeWatermarks writes every server's unwritten marks, and the pace of this process's leases there,
+// into each usable peer.
 func (p *Pair) writeWatermarks(ctx context.Context) error {
 	var errs []error
+	now := p.cfg.now()
 	for _, s := range p.set.All() {
-		v, ok := s.vars()
-		if !ok {
+		v := s.view()
+		if v == nil {
 			continue
 		}
+		rates := s.marks.takeRates(now)
 		for _, peer := range p.set.All() {
 			if peer == s || !peer.Usable() {
 				continue
@@ -86,133 +152,159 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 			for ns, high := range s.marks.pending(peer) {
 				_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us)
 					VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`,
-					ns, v.offset, high, p.cfg.now().UnixMicro())
+					ns, v.offset, high, now.UnixMicro())
 				if err != nil {
 					errs = append(errs, fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err))
 					break
 				}
 				s.marks.wrote(peer, ns, high)
 			}
+			for ns, rate := range rates {
+				if rate <= 0 {
+					continue
+				}
+				_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_lease_rates (namespace, peer_offset, peak_per_s, updated_us)
+					VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE peak_per_s = GREATEST(peak_per_s, VALUES(peak_per_s)), updated_us = VALUES(updated_us)`,
+					ns, v.offset, rate, now.UnixMicro())
+				if err != nil {
+					errs = append(errs, fmt.Errorf("lease rate of %s on %s: %w", s.Name(), peer.Name(), err))
+					break
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// recordWatermarks writes the marks in the background, every WatermarkInterval.
-func (p *Pair) recordWatermarks() {
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
+// guard runs every WatermarkInterval, and at once when a server is fenced: it writes the marks to the
+// peers, reads theirs back into the floors, and fences a server in rotation whose counters went below
+// them — also when no lease is asking.
+func (p *Pair) guard() {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.AttemptTimeout)
 	defer cancel()
-	if err := p.writeWatermarks(ctx); err != nil {
+	if err := p.writeWatermarks(ctx); err != nil && !p.set.Closed() {
 		p.cfg.Logger.Warn("could not record high-water marks", "err", err)
 	}
-}
-
-// peerMarks returns, per namespace, the highest mark any reachable peer (or this process) holds for s.
-// A peer that is fenced itself still holds valid marks about s, so every inspected peer is asked; only
-// an error from a peer in rotation is an error.
-func (p *Pair) peerMarks(ctx context.Context, s *server) (map[string]watermark, error) {
-	v, _ := s.vars()
-	out := map[string]watermark{}
-	s.marks.mu.Lock()
-	for ns, h := range s.marks.high {
-		out[ns] = watermark{value: h, holder: "this ticketd process"}
-	}
-	s.marks.mu.Unlock()
-	for _, peer := range p.set.All() {
-		if peer == s || !peer.inspected() {
+	for _, s := range p.set.All() {
+		v := s.view()
+		if v == nil || !s.Usable() {
 			continue
 		}
-		qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
-		rows, err := peer.ctl.QueryContext(qctx, "SELECT namespace, high_water FROM ticketd_watermarks WHERE peer_offset = ?", v.offset)
-		if err != nil {
-			cancel()
-			if isNoSuchTable(err) || !peer.Usable() {
-				continue
-			}
-			return nil, fmt.Errorf("reading water marks on %s: %w", peer.Name(), err)
-		}
-		for rows.Next() {
-			var ns string
-			var h int64
-			if err := rows.Scan(&ns, &h); err != nil {
-				rows.Close()
-				cancel()
-				return nil, err
-			}
-			if h > out[ns].value {
-				out[ns] = watermark{value: h, holder: peer.Name()}
-			}
-		}
-		rows.Close()
-		cancel()
-		if err := rows.Err(); err != nil {
-			return nil, err
+		if err := p.checkFence(ctx, s, *v, p.peerMarks(ctx, s, v.offset)); errors.Is(err, allocator.ErrFenced) {
+			s.MarkDown(err)
 		}
 	}
-	return out, nil
 }
 
-type watermark struct {
-	value  int64
-	holder string
+// peerMarks returns, per namespace, the highest counter any reachable peer's water marks or this
+// process hold for the server of the given offset, and raises s's floors to them. A peer that is
+// fenced itself still holds valid marks about s. A peer that cannot be read is left out: that says
+// nothing about s (the peer's own checks take it out of rotation, and refuse it when it lacks the
+// water-mark table).
+func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[string]watermark {
+	for _, peer := range p.set.All() {
+		if peer == s || !(peer.reachable() || (peer.inspected() && peer.view() == nil)) {
+			continue
+		}
+		if err := p.readMarks(ctx, peer, s, offset); err != nil {
+			p.cfg.Logger.Debug("could not read water marks", "peer", peer.Name(), "server", s.Name(), "err", err)
+		}
+	}
+	return s.marks.snapshot()
 }
 
-// checkFence compares s's counters with the marks its peers hold. A counter below a mark fences s.
-func (p *Pair) checkFence(ctx context.Context, s *server) error {
-	marks, err := p.peerMarks(ctx, s)
+// readMarks reads what peer recorded for the server of offset into s's floors.
+func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) error {
+	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	defer cancel()
+	rows, err := peer.ctl.QueryContext(qctx, "SELECT namespace, high_water FROM ticketd_watermarks WHERE peer_offset = ?", offset)
 	if err != nil {
 		return err
 	}
+	defer rows.Close()
+	for rows.Next() {
+		var ns string
+		var h int64
+		if err := rows.Scan(&ns, &h); err != nil {
+			return err
+		}
+		s.marks.observe(ns, h, peer.Name())
+	}
+	return rows.Err()
+}
+
+// checkFence compares s's counters (made for the settings v) with marks. A counter below a mark, or a
+// row missing although a mark says the server issued from it, fences s.
+func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]watermark) error {
 	rows, err := s.readRows(ctx)
 	if err != nil {
 		return err
 	}
-	var fenced []string
-	var details []string
+	var fenced, details []string
 	have := map[string]bool{}
 	for _, r := range rows {
 		have[r.ns.Name] = true
 		if w := marks[r.ns.Name]; r.next < w.value {
 			fenced = append(fenced, r.ns.Name)
-			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d recorded by %s", r.ns.Name, r.next, w.value, w.holder))
+			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", r.ns.Name, r.next, w.value, w.holder))
 		}
 	}
 	for ns, w := range marks {
 		if !have[ns] && w.value > 0 {
 			fenced = append(fenced, ns)
-			details = append(details, fmt.Sprintf("namespace %q has no row but %s recorded counter %d", ns, w.holder, w.value))
+			details = append(details, fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns, w.holder, w.value))
 		}
 	}
-	sort.Strings(fenced)
-	sort.Strings(details)
-	s.mu.Lock()
-	s.fenced = fenced
-	s.mu.Unlock()
 	if len(fenced) == 0 {
+		s.mu.Lock()
+		s.fenced, s.fenceWhy = nil, ""
+		s.mu.Unlock()
 		return nil
 	}
-	err = fmt.Errorf("%w: %s looks restored from an old backup (%s); it serves nothing until an operator checks it and runs: ticketd repair %s --server %s",
-		allocator.ErrFenced, s.Name(), strings.Join(details, "; "), fenced[0], s.Name())
-	p.cfg.Logger.Error("ticket server fenced", "server", s.Name(), "namespaces", fenced, "err", err)
+	return p.fence(s, fenced, details)
+}
+
+// fence records that s went back in time for the namespaces named, logs it, has this process's marks
+// written to the peers at once (so that other processes see them at their next read), and returns the
+// error that takes s out of rotation.
+func (p *Pair) fence(s *server, namespaces, details []string) error {
+	sort.Strings(namespaces)
+	sort.Strings(details)
+	err := fmt.Errorf("%w: %s went back in time, as after a restore from an old backup or a lost disk (%s); it serves nothing until an operator checks it and runs: ticketd repair %s --server %s",
+		allocator.ErrFenced, s.Name(), strings.Join(details, "; "), namespaces[0], s.Name())
+	s.mu.Lock()
+	s.fenced, s.fenceWhy = namespaces, err.Error()
+	s.mu.Unlock()
+	p.cfg.Logger.Error("ticket server fenced", "server", s.Name(), "namespaces", namespaces, "err", err)
+	if p.kickGuard != nil {
+		p.kickGuard()
+	}
 	return err
 }
 
-// RepairResult says what Repair changed.
-type RepairResult struct {
-	Server    string
-	Namespace string
-	Before    int64 // the counter before
-	Watermark int64 // the highest mark found for it
-	After     int64 // the counter now
+// fencedFor says whether s is fenced for a namespace, and why.
+func (s *server) fencedFor(ns string) (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.fenced {
+		if n == ns {
+			return true, s.fenceWhy
+		}
+	}
+	return false, ""
 }
 
-// Repair advances a fenced server's counter for a namespace past the highest water mark its peers hold,
-// plus margin (IDs that may have been issued after the last mark was written; 0 means 100 ×
-// max_block_size × step), then checks the server again. Run it only after checking why the server went
-// back — it makes the server serve again.
-func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin int64) (RepairResult, error) {
+// Repair advances a fenced server's counter for a namespace past the highest water mark its peers (and
+// this process) hold, plus a margin for leases issued after the last mark was written, then checks the
+// server again. opts.Margin zero sizes the margin from the marks' history (see defaultMargin). A server
+// that is not fenced for the namespace is refused unless opts.Force. Run it only after checking why
+// the server went back — it makes the server serve again.
+func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts allocator.RepairOptions) (allocator.RepairResult, error) {
 	if err := allocator.ValidateName(namespace); err != nil {
-		return RepairResult{}, err
+		return allocator.RepairResult{}, err
+	}
+	if opts.Margin < 0 {
+		return allocator.RepairResult{}, fmt.Errorf("%w: margin %d must not be negative", allocator.ErrInvalidSettings, opts.Margin)
 	}
 	var s *server
 	for _, c := range p.set.All() {
@@ -221,55 +313,103 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, margin 
 		}
 	}
 	if s == nil {
-		return RepairResult{}, fmt.Errorf("no ticket server named %q; the servers are %s", serverName, p.names())
+		return allocator.RepairResult{}, fmt.Errorf("no ticket server named %q; the servers are %s", serverName, p.names())
 	}
-	if !s.inspected() {
-		if err := s.inspect(ctx); err != nil {
-			return RepairResult{}, err
-		}
-	}
-	marks, err := p.peerMarks(ctx, s)
+	v, err := s.inspect(ctx)
 	if err != nil {
-		return RepairResult{}, err
+		return allocator.RepairResult{}, err
 	}
-	res := RepairResult{Server: s.Name(), Namespace: namespace, Watermark: marks[namespace].value}
+	w := p.peerMarks(ctx, s, v.offset)[namespace]
+	res := allocator.RepairResult{Server: s.Name(), Namespace: namespace, Watermark: w.value, Holder: w.holder}
 	row, err := s.readRow(ctx, namespace)
+	missing := errors.Is(err, errRowMissing)
 	switch {
-	case errors.Is(err, errRowMissing):
-		latest, rerr := p.set.Latest(ctx, namespace)
-		if rerr != nil {
-			return res, rerr
-		}
-		if err := s.ensureRow(ctx, latest.ns, 0); err != nil {
-			return res, err
-		}
-		if row, err = s.readRow(ctx, namespace); err != nil {
-			return res, err
-		}
+	case missing && w.value > 0:
+		res.Fenced, res.Reason = true, fmt.Sprintf("no row for %q, but %s saw its counter at %d", namespace, w.holder, w.value)
+	case missing:
 	case err != nil:
 		return res, err
+	case row.step != v.increment || row.offset != v.offset:
+		return res, fmt.Errorf("%w: namespace %q on %s has step %d offset %d but the server runs with auto_increment_increment %d offset %d; restore the server's settings before any repair",
+			allocator.ErrMisconfigured, namespace, s.Name(), row.step, row.offset, v.increment, v.offset)
+	case row.next < w.value:
+		res.Fenced, res.Reason = true, fmt.Sprintf("counter %d is below %d seen by %s", row.next, w.value, w.holder)
 	}
-	res.Before = row.next
-	if margin <= 0 {
-		margin = 100 * row.ns.MaxBlockSize * row.step
+	if !missing {
+		res.Before = row.next
 	}
-	v, _ := s.vars()
-	target, ok := multi.FirstAtLeast(max(res.Watermark, row.next)+margin, v.increment, v.offset)
-	if !ok {
+	if !res.Fenced && !opts.Force {
+		return res, fmt.Errorf("%w: %s is not fenced for namespace %q (its counter %d is at or above every water mark, the highest %d): there is nothing to repair. Check the server name; to move the counter anyway, give --force",
+			allocator.ErrMisconfigured, s.Name(), namespace, res.Before, res.Watermark)
+	}
+	settings := row.ns
+	if missing {
+		latest, err := p.set.Latest(ctx, namespace)
+		if err != nil {
+			return res, err
+		}
+		settings = latest.ns
+	}
+	res.Margin, res.MarginWhy = opts.Margin, "given"
+	if opts.Margin == 0 {
+		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.MaxBlockSize)
+	}
+	base := max(res.Watermark, res.Before)
+	target, ok := multi.FirstAtLeast(base+min(res.Margin, 1<<62), v.increment, v.offset)
+	if !ok || base > 1<<62 {
 		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, s.Name())
 	}
-	if _, err := s.ctl.ExecContext(ctx, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ?", target, namespace); err != nil {
+	if missing {
+		_, err = s.insertRow(ctx, v, settings, target, p.cfg.now().UnixMicro())
+	} else {
+		_, err = s.ctl.ExecContext(ctx, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ? AND step = ? AND id_offset = ?",
+			target, namespace, v.increment, v.offset)
+	}
+	if err != nil {
 		return res, err
 	}
 	if row, err = s.readRow(ctx, namespace); err != nil {
 		return res, err
 	}
-	res.After = row.next
-	s.marks.observe(namespace, row.next)
+	res.After, res.Margin = row.next, row.next-base
+	s.marks.observe(namespace, row.next, "ticketd repair")
+	p.cfg.Logger.Warn("ticket server repaired", "server", s.Name(), "namespace", namespace, "before", res.Before,
+		"watermark", res.Watermark, "margin", res.Margin, "after", res.After, "why", res.MarginWhy)
 	if !s.Usable() {
 		if err := s.Revive(ctx); err != nil && !errors.Is(err, allocator.ErrFenced) {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// marginIntervals is how many water-mark intervals of leases a default repair margin covers: the
+// interval whose leases no mark holds yet, one more for a writer that was late, and one to spare.
+const marginIntervals = 3
+
+// defaultMargin sizes a repair's margin from what can have been leased since the last mark was
+// written: marginIntervals water-mark intervals at the highest lease rate any process recorded with
+// its marks, and never less than ten of the namespace's largest blocks.
+func (p *Pair) defaultMargin(ctx context.Context, s *server, v serverVars, namespace string, maxBlock int64) (int64, string) {
+	var peak int64
+	for _, peer := range p.set.All() {
+		if peer == s {
+			continue
+		}
+		var r int64
+		qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+		err := peer.ctl.QueryRowContext(qctx, "SELECT peak_per_s FROM ticketd_lease_rates WHERE namespace = ? AND peer_offset = ?", namespace, v.offset).Scan(&r)
+		cancel()
+		if err == nil {
+			peak = max(peak, r)
+		}
+	}
+	window := time.Duration(marginIntervals) * p.cfg.WatermarkInterval
+	byRate := int64(float64(peak) * window.Seconds())
+	byBlocks := 10 * maxBlock * v.increment
+	if byRate > byBlocks {
+		return byRate, fmt.Sprintf("%d mark intervals (%s) at the highest lease rate recorded with the marks, %d per second", marginIntervals, window, peak)
+	}
+	return byBlocks, fmt.Sprintf("ten blocks of max_block_size %d at step %d (more than %d mark intervals, %s, at the highest lease rate recorded with the marks, %d per second)",
+		maxBlock, v.increment, marginIntervals, window, peak)
 }

@@ -99,7 +99,7 @@ func TestRestoredBackupIsFenced(t *testing.T) {
 	}
 	waitFor(t, "B fenced", func() bool { return healthOf(p, nameB).Fenced })
 	h := healthOf(p, nameB)
-	if h.Healthy || !strings.Contains(h.Error, "ticketd repair orders --server "+nameB) || !strings.Contains(h.Error, "restored from an old backup") {
+	if h.Healthy || !strings.Contains(h.Error, "ticketd repair orders --server "+nameB) || !strings.Contains(h.Error, "went back in time") {
 		t.Fatalf("health of the restored server: %+v", h)
 	}
 	lease(100)
@@ -118,7 +118,7 @@ func TestRestoredBackupIsFenced(t *testing.T) {
 		t.Fatalf("the healthy server must keep serving: %v", err)
 	}
 
-	res, err := p2.Repair(ctx, "orders", nameB, 0)
+	res, err := p2.Repair(ctx, "orders", nameB, allocator.RepairOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,11 +143,11 @@ func TestRestoredBackupIsFenced(t *testing.T) {
 
 func TestRepairNamesTheServers(t *testing.T) {
 	p := openPair(t, testenv.Pair(t), nil)
-	_, err := p.Repair(context.Background(), "orders", "nosuch:1", 0)
+	_, err := p.Repair(context.Background(), "orders", "nosuch:1", allocator.RepairOptions{})
 	if err == nil || !strings.Contains(err.Error(), "no ticket server named") {
 		t.Fatalf("Repair on an unknown server: %v", err)
 	}
-	if _, err := p.Repair(context.Background(), "Bad", p.Servers()[0], 0); !errors.Is(err, allocator.ErrInvalidNamespace) {
+	if _, err := p.Repair(context.Background(), "Bad", p.Servers()[0], allocator.RepairOptions{}); !errors.Is(err, allocator.ErrInvalidNamespace) {
 		t.Fatalf("Repair with a bad name: %v", err)
 	}
 }

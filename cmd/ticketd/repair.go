@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/allocator"
 )
 
 func init() {
 	register(commandInfo{name: "repair", args: "NAMESPACE --server NAME",
-		summary: "Advance a fenced ticket server's counter past the high-water mark its peers recorded. " +
-			"A server is fenced when its counter went back, as after a restore from an old backup; check why before repairing, because afterwards it serves again.",
+		summary: "Advance a fenced ticket server's counter past the high-water mark its peers recorded, plus a margin, so that it serves again. " +
+			"A server is fenced when its counter went back (a restore from an old backup, a dump reloaded, a lost disk); check why before repairing. " +
+			"A server that is not fenced is refused unless --force.",
 		new: func() command { return &repairCmd{} }})
 }
 
@@ -20,12 +21,14 @@ type repairCmd struct {
 	backendFlags
 	server string
 	margin int64
+	force  bool
 }
 
 func (c *repairCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
-	fs.StringVar(&c.server, "server", "", "the fenced ticket server, by name (host:port, as /readyz and `ticketd namespace get` show it)")
-	fs.Var(int64Flag{&c.margin, 0, math.MaxInt64 / 4}, "margin", "IDs to skip beyond the water mark, for leases after the last mark was written (0: 100 × max_block_size × step)")
+	fs.StringVar(&c.server, "server", "", "the fenced ticket server, by `name` (host:port, as /readyz and `ticketd namespace get` show it)")
+	fs.Var(int64Flag{&c.margin, 0, math.MaxInt64 / 4}, "margin", "IDs to skip beyond the water mark, for leases after the last mark was written (0: sized from the lease rate recorded with the marks, at least 10 blocks of max_block_size)")
+	fs.BoolVar(&c.force, "force", false, "advance the counter even though the server is not fenced for the namespace")
 }
 
 func (c *repairCmd) run(ctx context.Context, m *Main, args []string) error {
@@ -33,25 +36,34 @@ func (c *repairCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.mysql == "" {
-		return usagef("repair needs the ticket servers: give --mysql (the embedded store has no peers to fence it)")
+	if c.kind() == "embedded" {
+		return usagef("repair needs the ticket servers: give --mysql or --redis (the embedded store has no peers to fence it)")
 	}
 	if c.server == "" {
 		return usagef("--server is required: the name of the fenced server")
 	}
-	if err := c.validate(); err != nil {
-		return err
-	}
-	p, err := mysql.Open(ctx, c.mysqlConfig(m.logger(), nil))
+	b, err := c.open(ctx, m, m.logger(), nil)
 	if err != nil {
 		return err
 	}
-	m.onClose(p.Close)
-	res, err := p.Repair(ctx, ns, c.server, c.margin)
+	r, ok := b.(allocator.Repairer)
+	if !ok {
+		return fmt.Errorf("the %s backend has no repair", c.kind())
+	}
+	res, err := r.Repair(ctx, ns, c.server, allocator.RepairOptions{Margin: c.margin, Force: c.force})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(m.Stderr, "%s: %s counter moved from %d to %d (highest water mark %d)\n", res.Server, res.Namespace, res.Before, res.After, res.Watermark)
-	return m.printJSON(map[string]any{"server": res.Server, "namespace": res.Namespace,
-		"before": fmt.Sprint(res.Before), "watermark": fmt.Sprint(res.Watermark), "after": fmt.Sprint(res.After)})
+	if res.Fenced {
+		fmt.Fprintf(m.Stderr, "%s was fenced for %s: %s\n", res.Server, res.Namespace, res.Reason)
+	} else {
+		fmt.Fprintf(m.Stderr, "%s was not fenced for %s; moved anyway (--force)\n", res.Server, res.Namespace)
+	}
+	holder := ""
+	if res.Holder != "" {
+		holder = " (" + res.Holder + ")"
+	}
+	fmt.Fprintf(m.Stderr, "highest water mark %d%s; margin %d: %s\n", res.Watermark, holder, res.Margin, res.MarginWhy)
+	fmt.Fprintf(m.Stderr, "%s: %s counter moved from %d to %d\n", res.Server, res.Namespace, res.Before, res.After)
+	return m.printJSON(res)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,20 +23,29 @@ func TestRepairCommand(t *testing.T) {
 	if _, errOut, code := run(t, env, "repair", "orders", "--server", "db:1"); code != 1 || !strings.Contains(errOut, "no ticket server named") {
 		t.Fatalf("repair of an unknown server: %d %s", code, errOut)
 	}
-	if _, errOut, code := run(t, nil, "repair", "orders", "--server", "x"); code != 2 || !strings.Contains(errOut, "give --mysql") {
+	if _, errOut, code := run(t, nil, "repair", "orders", "--server", "x"); code != 2 || !strings.Contains(errOut, "give --mysql or --redis") {
 		t.Fatalf("repair on the embedded store: %d %s", code, errOut)
 	}
 	nameB := mysql.ServerName(pair[1])
-	out, errOut, code := run(t, env, "repair", "orders", "--server", nameB, "--margin", "1000")
+	// B is healthy: a repair is refused, and says how to force it.
+	if _, errOut, code := run(t, env, "repair", "orders", "--server", nameB, "--margin", "1000"); code != 1 || !strings.Contains(errOut, "not fenced") || !strings.Contains(errOut, "--force") {
+		t.Fatalf("repair of a healthy server: %d %s", code, errOut)
+	}
+	out, errOut, code := run(t, env, "repair", "orders", "--server", nameB, "--margin", "1000", "--force")
 	if code != 0 {
 		t.Fatal(errOut)
 	}
-	var res map[string]string
+	for _, want := range []string{"not fenced", "highest water mark", "margin 1000: given", "counter moved from"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("repair's report lacks %q:\n%s", want, errOut)
+		}
+	}
+	var res map[string]any
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := strconv.ParseInt(res["after"], 10, 64)
-	before, _ := strconv.ParseInt(res["before"], 10, 64)
+	after, _ := strconv.ParseInt(fmt.Sprint(res["after"]), 10, 64)
+	before, _ := strconv.ParseInt(fmt.Sprint(res["before"]), 10, 64)
 	if after < before+1000 || after%2 != 0 {
 		t.Fatalf("repair moved %s's counter from %d to %d; want at least +1000 and still even", nameB, before, after)
 	}

@@ -58,6 +58,7 @@ func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespac
 	set.Forget(ns.Name)
 	switch {
 	case created > 0:
+		_, _ = set.Latest(ctx, ns.Name) // remember the settings just written
 		return ns, nil
 	case existed > 0:
 		return allocator.Namespace{}, fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
@@ -67,7 +68,7 @@ func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespac
 			return allocator.Namespace{}, e
 		}
 	}
-	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+	return allocator.Namespace{}, fmt.Errorf("%w: creating %q: %w", allocator.ErrUnavailable, ns.Name, set.why(errs))
 }
 
 // UpdateNamespace replaces a namespace's settings (zero fields mean their defaults) on every usable
@@ -86,7 +87,9 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 		return allocator.Namespace{}, err
 	}
 	ns.Start = current.Namespace().Start
-	c := Change[R]{Namespace: ns, Current: current, Advance: advance, UpdatedUS: set.cfg.Now().UnixMicro()}
+	// A change is newer than the settings it replaces even when this process's clock is behind the one
+	// that wrote them: the newest copy wins on every server.
+	c := Change[R]{Namespace: ns, Current: current, Advance: advance, UpdatedUS: max(set.cfg.Now().UnixMicro(), current.UpdatedUS()+1)}
 	updated := 0
 	var errs []error
 	for _, s := range set.servers {
@@ -104,8 +107,9 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 	}
 	set.Forget(ns.Name)
 	if updated == 0 {
-		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, errors.Join(errs...))
+		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, set.why(errs))
 	}
+	_, _ = set.Latest(ctx, ns.Name) // remember the settings just written, for servers that missed them
 	if advance > ns.Start {
 		ns.Start = advance
 	}
@@ -154,8 +158,16 @@ func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocato
 		}
 	}
 	if answered == 0 {
-		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, set.why(errs))
 	}
+	set.settingsMu.Lock()
+	for _, r := range latest {
+		set.rememberLocked(r)
+	}
+	for _, r := range set.known {
+		KeepLatest(latest, r)
+	}
+	set.settingsMu.Unlock()
 	names := make([]string, 0, len(latest))
 	for name := range latest {
 		names = append(names, name)
@@ -210,8 +222,32 @@ func (set *Set[S, R]) Forget(name string) {
 	set.settingsMu.Unlock()
 }
 
-// Latest reads a namespace's settings from every usable server and returns the copy updated last:
-// ErrNotFound when each server that answered lacks it, ErrUnavailable when none answered.
+// rememberLocked keeps r as the newest known copy of its namespace unless a newer one is known, and
+// returns the newest. settingsMu must be held.
+func (set *Set[S, R]) rememberLocked(r R) R {
+	name := r.Namespace().Name
+	if k, ok := set.known[name]; ok && k.UpdatedUS() >= r.UpdatedUS() {
+		return k
+	}
+	set.known[name] = r
+	return r
+}
+
+// Known returns the newest copy of every namespace's settings this process has read or written, for a
+// server that comes back to catch up with, even when the servers holding a change are away.
+func (set *Set[S, R]) Known() []R {
+	set.settingsMu.Lock()
+	defer set.settingsMu.Unlock()
+	out := make([]R, 0, len(set.known))
+	for _, r := range set.known {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Latest reads a namespace's settings from every usable server and returns the copy updated last, this
+// process's own knowledge (see Known) included: ErrNotFound when neither the servers that answered nor
+// this process know it, ErrUnavailable when none answered.
 func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
 	var best R
 	found := false
@@ -231,11 +267,18 @@ func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
 			}
 		}
 	}
+	set.settingsMu.Lock()
+	if found {
+		best = set.rememberLocked(best)
+	} else if k, ok := set.known[name]; ok && answered > 0 {
+		best, found = k, true // the servers that answered missed it (or lost it); this process knows it
+	}
+	set.settingsMu.Unlock()
 	switch {
 	case found:
 		return best, nil
 	case answered == 0:
-		return best, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, errors.Join(errs...))
+		return best, fmt.Errorf("%w: reading namespace %q: %w", allocator.ErrUnavailable, name, set.why(errs))
 	}
 	return best, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
 }

@@ -23,6 +23,10 @@ type Set[S Server[R], R Record] struct {
 
 	settingsMu sync.Mutex
 	settings   map[string]cachedSettings[R]
+	// known is the newest copy of each namespace's settings this process has read or written. Unlike
+	// settings it never expires: a server that missed a change while every server holding it is away
+	// still gets it from here (see Known).
+	known map[string]R
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -37,7 +41,7 @@ type cachedSettings[R any] struct {
 
 // NewSet returns an empty Set; add its servers with Add before any other call.
 func NewSet[S Server[R], R Record](cfg Config) *Set[S, R] {
-	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, done: make(chan struct{})}
+	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{}, done: make(chan struct{})}
 	set.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
 	return set
 }
@@ -104,8 +108,27 @@ func (set *Set[S, R]) Order(prefer string) []S {
 	return out
 }
 
-// Every runs fn every d in the background until Close.
-func (set *Set[S, R]) Every(d time.Duration, fn func()) {
+// why joins the errors of the servers a call tried; when it tried none, it says why each server was
+// left out.
+func (set *Set[S, R]) why(errs []error) error {
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	reasons := make([]error, 0, len(set.servers))
+	for _, h := range set.Health() {
+		reason := h.Error
+		if h.Healthy {
+			reason = "usable, but not tried before the call's time ran out"
+		}
+		reasons = append(reasons, fmt.Errorf("%s: %s", h.Name, reason))
+	}
+	return fmt.Errorf("no %s was usable: %w", set.cfg.Noun, errors.Join(reasons...))
+}
+
+// Every runs fn every d in the background until Close, and also soon after each call of the returned
+// kick (calls that come while fn runs or waits to run are merged into one run).
+func (set *Set[S, R]) Every(d time.Duration, fn func()) (kick func()) {
+	kicked := make(chan struct{}, 1)
 	set.wg.Add(1)
 	go func() {
 		defer set.wg.Done()
@@ -116,10 +139,17 @@ func (set *Set[S, R]) Every(d time.Duration, fn func()) {
 			case <-set.done:
 				return
 			case <-t.C:
-				fn()
+			case <-kicked:
 			}
+			fn()
 		}
 	}()
+	return func() {
+		select {
+		case kicked <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Closed reports whether Close was called.
@@ -204,7 +234,7 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 	if len(errs) == 0 && ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
 	}
-	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errors.Join(errs...))
+	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, set.why(errs))
 }
 
 // attempt makes one attempt on one server, reviving it first if it was down, and keeps its health.

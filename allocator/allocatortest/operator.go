@@ -1,0 +1,252 @@
+package allocatortest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Fleet is a backend's ticket servers under a test's control, handled as an operator handles them,
+// and a way to open backends on them as separate ticketd processes would. Server i is the i-th in
+// configuration order; the suite uses two.
+type Fleet interface {
+	// Open opens a backend on the servers, as a new ticketd process would. The suite closes it.
+	Open(t *testing.T) allocator.Backend
+	// Name is server i's name, as blocks and health name it.
+	Name(i int) string
+	// Stop stops server i; Start starts it again on the data it has.
+	Stop(i int) error
+	Start(ctx context.Context, i int) error
+	// Backup copies server i's ticketd data as a logical dump would; the returned restore loads the
+	// copy back into the running server, without restarting it, so that connections stay open.
+	Backup(ctx context.Context, i int) (restore func(context.Context) error, err error)
+	// Wipe deletes server i's ticketd data while it runs, as a server rebuilt empty would come back
+	// (with the schema applied again, where the backend has one).
+	Wipe(ctx context.Context, i int) error
+}
+
+// preferring is a backend that can be asked to lease from one server first.
+type preferring interface {
+	LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error)
+}
+
+// RunOperatorFaults runs the suite of operator actions that would make a ticket server issue an ID
+// twice if it went unnoticed: a dump reloaded into a live server, a server that lost its data, and a
+// namespace's start advanced while a server was down (also while the server holding the change is
+// down when the other returns). Each case gets a fresh fleet from newFleet. The backend must
+// implement LeaseFrom, allocator.HealthReporter and allocator.Repairer.
+func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
+	t.Run("DumpReloadedIntoLiveServer", func(t *testing.T) {
+		runRollback(t, newFleet(t), func(ctx context.Context, f Fleet, restore func(context.Context) error) error {
+			return restore(ctx)
+		})
+	})
+	t.Run("ServerLostItsData", func(t *testing.T) {
+		runRollback(t, newFleet(t), func(ctx context.Context, f Fleet, _ func(context.Context) error) error {
+			return f.Wipe(ctx, 1)
+		})
+	})
+	t.Run("StartAdvancedWhileServerDown", func(t *testing.T) {
+		runStartAdvanced(t, newFleet(t), false)
+	})
+	t.Run("StartAdvancedWhileServerDownAndHolderDownAtReturn", func(t *testing.T) {
+		runStartAdvanced(t, newFleet(t), true)
+	})
+}
+
+// operatorRun is one case's backends and every block they leased.
+type operatorRun struct {
+	t      *testing.T
+	ctx    context.Context
+	blocks []allocator.Block
+}
+
+func (r *operatorRun) open(f Fleet) allocator.Backend {
+	r.t.Helper()
+	b := f.Open(r.t)
+	r.t.Cleanup(func() { _ = b.Close() })
+	if _, ok := b.(preferring); !ok {
+		r.t.Fatalf("%T has no LeaseFrom", b)
+	}
+	return b
+}
+
+// leaseFrom leases n blocks preferring server and keeps them; it fails the test on an error.
+func (r *operatorRun) leaseFrom(b allocator.Backend, server string, n int) []allocator.Block {
+	r.t.Helper()
+	var got []allocator.Block
+	for range n {
+		blk, err := b.(preferring).LeaseFrom(r.ctx, "orders", 0, server)
+		if err != nil {
+			r.t.Fatalf("lease preferring %s: %v", server, err)
+		}
+		got = append(got, blk)
+	}
+	r.blocks = append(r.blocks, got...)
+	return got
+}
+
+// untilFrom leases preferring server until a block comes from it, and returns that block.
+func (r *operatorRun) untilFrom(b allocator.Backend, server string) allocator.Block {
+	r.t.Helper()
+	got := LeaseUntil(r.t, server, func() (allocator.Block, error) {
+		return b.(preferring).LeaseFrom(r.ctx, "orders", 0, server)
+	})
+	r.blocks = append(r.blocks, got...)
+	return got[len(got)-1]
+}
+
+func (r *operatorRun) disjoint() {
+	r.t.Helper()
+	if err := CheckDisjoint(r.blocks); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// FencedHealth returns server's health in b, and fails t unless b reports it fenced with a reason
+// that names the repair.
+func FencedHealth(t testing.TB, b allocator.Backend, server string) allocator.ServerHealth {
+	t.Helper()
+	for _, h := range b.(allocator.HealthReporter).Health() {
+		if h.Name != server {
+			continue
+		}
+		if !h.Fenced || h.Healthy || !strings.Contains(h.Error, "ticketd repair") {
+			t.Fatalf("%s: health %+v, want fenced with a reason that names `ticketd repair`", server, h)
+		}
+		return h
+	}
+	t.Fatalf("no health reported for %s", server)
+	return allocator.ServerHealth{}
+}
+
+// runRollback takes server B back in time with rollback while three processes know of it: p1 leased
+// from B after the backup, p2 never leased from B but read a peer's water mark for it, p3 starts after
+// the rollback. None may take a block from B; each must report B fenced; a repair then makes B serve
+// above everything it issued.
+func runRollback(t *testing.T, f Fleet, rollback func(context.Context, Fleet, func(context.Context) error) error) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p1 := r.open(f)
+	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, b, 5)
+	r.leaseFrom(p1, a, 5)
+	restore, err := f.Backup(r.ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, b, 20) // B issues IDs the backup does not know of
+	// Another process leases from B and stops: its water marks reach the peers when it closes.
+	p0 := r.open(f)
+	highestP0 := Highest(r.leaseFrom(p0, b, 5), b)
+	if err := p0.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := r.open(f) // reads A's mark for B while checking B
+	r.leaseFrom(p2, a, 2)
+	highestB := Highest(r.blocks, b)
+
+	if err := rollback(r.ctx, f, restore); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []allocator.Backend{p1, p2} {
+		blk, err := p.(preferring).LeaseFrom(r.ctx, "orders", 0, b)
+		if err == nil {
+			r.blocks = append(r.blocks, blk)
+			if blk.Server == b {
+				t.Fatalf("process %d leased %v from %s after it went back in time (it had issued up to %d)", i+1, blk, b, highestB)
+			}
+		}
+		FencedHealth(t, p, b)
+	}
+	p3 := r.open(f)
+	FencedHealth(t, p3, b)
+	if blk, err := p3.(preferring).LeaseFrom(r.ctx, "orders", 0, b); err != nil || blk.Server != a {
+		t.Fatalf("a process started after the rollback: %v, %v; want a block from %s", blk, err, a)
+	} else {
+		r.blocks = append(r.blocks, blk)
+	}
+	r.disjoint()
+
+	// The repair: B serves again, above every ID it issued.
+	res, err := p3.(allocator.Repairer).Repair(r.ctx, "orders", b, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Fenced || res.After <= highestB || res.Watermark <= highestP0 || res.MarginWhy == "" {
+		t.Fatalf("repair %+v; %s had issued up to %d", res, b, highestB)
+	}
+	for _, p := range []allocator.Backend{p3, p1, p2} {
+		if blk := r.untilFrom(p, b); blk.Start <= highestB {
+			t.Fatalf("after the repair %s leased %v, not above %d", b, blk, highestB)
+		}
+	}
+	r.disjoint()
+}
+
+// runStartAdvanced stops B, advances the namespace's start (A applies it) and brings B back: B's next
+// block starts at or above the new start, in this process and in a new one. With holderDown, A stops
+// before B returns, so only the process's own knowledge of the change can raise B.
+func runStartAdvanced(t *testing.T, f Fleet, holderDown bool) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p1 := r.open(f)
+	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, a, 3)
+	r.leaseFrom(p1, b, 3)
+	if err := f.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	const start = 1_000_000_000
+	up, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 20, Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Start != start {
+		t.Fatalf("update returned start %d, want %d", up.Start, start)
+	}
+	if blk := r.untilFrom(p1, a); blk.Start < start {
+		t.Fatalf("%s leased %v after the start was advanced to %d", a, blk, start)
+	}
+	if holderDown {
+		if err := f.Stop(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Start(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	check := func(who string, blk allocator.Block) {
+		t.Helper()
+		if blk.Start < start || blk.Size != 20 {
+			t.Fatalf("%s: %s came back and leased %v; want blocks of 20 from %d on", who, b, blk, start)
+		}
+	}
+	check("the process that made the change", r.untilFrom(p1, b))
+	if holderDown {
+		if err := f.Start(r.ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p2 := r.open(f)
+	check("a new process", r.untilFrom(p2, b))
+	ns, err := p2.Namespace(r.ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Start != start || ns.BlockSize != 20 {
+		t.Fatalf("settings after the servers met again: %+v", ns)
+	}
+	for _, st := range ns.Servers {
+		if st.Healthy && st.Next < start {
+			t.Fatalf("%s's counter %d is below the start %d", st.Server, st.Next, start)
+		}
+	}
+	r.disjoint()
+}

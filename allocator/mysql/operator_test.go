@@ -1,0 +1,88 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// fleet is a private MariaDB pair, each server with a ticketd database, that a test stops, restores
+// and wipes as an operator would.
+type fleet struct {
+	t     *testing.T
+	pair  [2]*testservers.MariaDB
+	dsns  []string
+	tweak func(*Config)
+}
+
+func newFleet(t *testing.T, tweak func(*Config)) *fleet {
+	pair := testenv.PrivatePair(t)
+	for _, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+	}
+	return &fleet{t: t, pair: pair, dsns: []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, tweak: tweak}
+}
+
+func (f *fleet) Open(t *testing.T) allocator.Backend { return openPair(t, f.dsns, f.tweak) }
+
+func (f *fleet) Name(i int) string { return ServerName(f.dsns[i]) }
+
+func (f *fleet) Stop(i int) error { return f.pair[i].Stop() }
+
+func (f *fleet) Start(ctx context.Context, i int) error { return f.pair[i].Start(ctx) }
+
+// client runs the mariadb command-line client (or mariadb-dump) against server i.
+func (f *fleet) client(ctx context.Context, prog string, i int, args ...string) *exec.Cmd {
+	base := []string{"--protocol=TCP", "--host=127.0.0.1", "--port=" + strconv.Itoa(f.pair[i].Port), "--user=root"}
+	return exec.CommandContext(ctx, prog, append(base, args...)...)
+}
+
+// Backup dumps server i's ticketd database with mariadb-dump; restore reloads the dump with the
+// mariadb client into the running server.
+func (f *fleet) Backup(ctx context.Context, i int) (func(context.Context) error, error) {
+	file := filepath.Join(f.t.TempDir(), fmt.Sprintf("dump-%d.sql", i))
+	out, err := f.client(ctx, "mariadb-dump", i, "--single-transaction", "--databases", "ticketd").Output()
+	if err != nil {
+		return nil, fmt.Errorf("mariadb-dump: %w", err)
+	}
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		in, err := os.Open(file)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		cmd := f.client(ctx, "mariadb", i)
+		cmd.Stdin = in
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("reloading the dump: %w: %s", err, out)
+		}
+		return nil
+	}, nil
+}
+
+// Wipe drops server i's ticketd database and creates it again with the schema, as a server rebuilt
+// from nothing and migrated would be.
+func (f *fleet) Wipe(ctx context.Context, i int) error {
+	testenv.Exec(f.t, f.pair[i].DSN(""), "DROP DATABASE ticketd", "CREATE DATABASE ticketd")
+	_, err := MigrateDSN(ctx, f.dsns[i])
+	return err
+}
+
+func TestOperatorFaults(t *testing.T) {
+	allocatortest.RunOperatorFaults(t, func(t *testing.T) allocatortest.Fleet {
+		return newFleet(t, func(c *Config) { c.WatermarkInterval = 100 * time.Millisecond })
+	})
+}

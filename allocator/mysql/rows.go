@@ -1,0 +1,136 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
+)
+
+// rowSettings is one namespace row. ns.Start is the highest start the namespace was created or
+// advanced with: no counter of it issues below it.
+type rowSettings struct {
+	ns           allocator.Namespace
+	next         int64
+	step, offset int64
+	updatedUS    int64
+}
+
+// Namespace is the row's settings.
+func (r rowSettings) Namespace() allocator.Namespace { return r.ns }
+
+// UpdatedUS is when the row's settings last changed.
+func (r rowSettings) UpdatedUS() int64 { return r.updatedUS }
+
+const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, updated_us"
+
+func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
+	var r rowSettings
+	var ttlMS int64
+	err := sc.Scan(&r.ns.Name, &r.next, &r.step, &r.offset, &r.ns.Start, &r.ns.BlockSize, &r.ns.MaxBlockSize, &ttlMS, &r.updatedUS)
+	r.ns.LeaseTTL = time.Duration(ttlMS) * time.Millisecond
+	return r, err
+}
+
+func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
+	rows, err := s.ctl.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name")
+	if err != nil {
+		if isNoSuchTable(err) {
+			return nil, &missingSchemaError{err}
+		}
+		return nil, err
+	}
+	defer rows.Close()
+	var out []rowSettings
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (s *server) readRow(ctx context.Context, name string) (rowSettings, error) {
+	r, err := scanRow(s.ctl.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ?", name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, errRowMissing
+	}
+	return r, err
+}
+
+// ReadRecord reads the namespace's row; found is false when this server has none.
+func (s *server) ReadRecord(ctx context.Context, name string) (rowSettings, bool, error) {
+	r, err := s.readRow(ctx, name)
+	if errors.Is(err, errRowMissing) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+// ReadRecords reads every namespace row.
+func (s *server) ReadRecords(ctx context.Context) ([]rowSettings, error) { return s.readRows(ctx) }
+
+// insertRow creates the namespace's row for the settings v unless it exists; ok reports whether it was
+// created. The counter starts at the first ID of v's residue at or above both ns.Start and from.
+func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Namespace, from, nowUS int64) (bool, error) {
+	first, ok := multi.FirstAtLeast(max(ns.Start, from), v.increment, v.offset)
+	if !ok {
+		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(ns.Start, from), s.Name(), v.offset, v.increment)
+	}
+	res, err := s.ctl.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
+		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, created_us, updated_us)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), nowUS, nowUS)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// updateRow writes settings made at nowUS unless the row holds newer ones, and raises the namespace's
+// start and the counter to at least start (never lower). The row must be the one made for v.
+func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Namespace, start, nowUS int64) error {
+	floor := int64(1)
+	if start > 0 {
+		f, ok := multi.FirstAtLeast(start, v.increment, v.offset)
+		if !ok {
+			return fmt.Errorf("%w: start %d leaves no ID for %s", allocator.ErrExhausted, start, s.Name())
+		}
+		floor = f
+	}
+	// Assignments run left to right: updated_us changes last, after the settings compared with it.
+	res, err := s.ctl.ExecContext(ctx, `UPDATE ticketd_namespaces SET
+		block_size = IF(? > updated_us, ?, block_size),
+		max_block_size = IF(? > updated_us, ?, max_block_size),
+		lease_ttl_ms = IF(? > updated_us, ?, lease_ttl_ms),
+		start_id = GREATEST(start_id, ?),
+		next_id = GREATEST(next_id, ?),
+		updated_us = GREATEST(updated_us, ?)
+		WHERE name = ? AND step = ? AND id_offset = ?`,
+		nowUS, ns.BlockSize, nowUS, ns.MaxBlockSize, nowUS, ns.LeaseTTL.Milliseconds(), start, floor, nowUS,
+		ns.Name, v.increment, v.offset)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		// Unchanged settings also affect no row; tell the two apart.
+		r, err := s.readRow(ctx, ns.Name)
+		if err != nil {
+			return err
+		}
+		if r.step != v.increment || r.offset != v.offset {
+			return fmt.Errorf("%w: namespace %q on %s has step %d offset %d, not the step %d offset %d it was checked with",
+				allocator.ErrMisconfigured, ns.Name, s.Name(), r.step, r.offset, v.increment, v.offset)
+		}
+	}
+	return nil
+}
