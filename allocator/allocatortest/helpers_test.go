@@ -136,14 +136,17 @@ func TestLeaseLoop(t *testing.T) {
 	l.WaitFor(t, 200)
 	f.setDown(true)
 	l.WaitFor(t, 50)
-	from := len(l.Blocks())
 	if len(l.Errs()) == 0 {
 		t.Fatal("no error recorded while the pair was down")
 	}
+	back := time.Now()
 	f.setDown(false)
-	fromB := l.WaitForServer(t, "b:2", from)
+	fromB := l.WaitForServer(t, "b:2", back)
 	if fromB[0].Server != "b:2" {
 		t.Fatalf("WaitForServer returned %v", fromB)
+	}
+	if before := l.EndedBefore(back); len(before) == 0 || len(before) >= len(l.Blocks()) {
+		t.Fatalf("%d blocks ended before the pair came back, of %d", len(before), len(l.Blocks()))
 	}
 	l.Stop()
 	l.Stop()

@@ -13,11 +13,14 @@ import (
 )
 
 // LeaseLoop leases from a backend on several goroutines, one lease after another, until Stop, and
-// keeps every block and error: a fault test runs one while it kills and restarts servers. Safe for
-// concurrent use.
+// keeps every block, with when its lease began and ended, and every error: a fault test runs one while
+// it kills and restarts servers. Goroutines record their blocks in whatever order they get to it, so a
+// test that asks what came before or after an event goes by those times, never by the record order.
+// Safe for concurrent use.
 type LeaseLoop struct {
 	mu     sync.Mutex
 	blocks []allocator.Block
+	times  []leaseTimes // times[i] is when the lease of blocks[i] began and ended
 	errs   []error
 	count  atomic.Int64
 
@@ -39,12 +42,15 @@ func StartLeasing(b allocator.Backend, namespace string, size int64, goroutines 
 					return
 				default:
 				}
+				began := time.Now()
 				blk, err := b.Lease(context.Background(), namespace, size)
+				ended := time.Now()
 				l.mu.Lock()
 				if err != nil {
 					l.errs = append(l.errs, err)
 				} else {
 					l.blocks = append(l.blocks, blk)
+					l.times = append(l.times, leaseTimes{began, ended})
 				}
 				l.mu.Unlock()
 				l.count.Add(1)
@@ -53,6 +59,8 @@ func StartLeasing(b allocator.Backend, namespace string, size int64, goroutines 
 	}
 	return l
 }
+
+type leaseTimes struct{ began, ended time.Time }
 
 // Stop stops the goroutines and waits for their last leases. Safe to call twice.
 func (l *LeaseLoop) Stop() {
@@ -90,17 +98,30 @@ func (l *LeaseLoop) WaitFor(t testing.TB, n int64) {
 	}
 }
 
-// WaitForServer waits until the blocks recorded from index from on include some from server, and
-// returns those; it fails t when there is none after 20 seconds. A test that restarts a server passes
-// len(Blocks()) from before the restart.
-func (l *LeaseLoop) WaitForServer(t testing.TB, server string, from int) []allocator.Block {
+// EndedBefore returns the blocks whose leases ended before t.
+func (l *LeaseLoop) EndedBefore(t time.Time) []allocator.Block {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []allocator.Block
+	for i, b := range l.blocks {
+		if l.times[i].ended.Before(t) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// WaitForServer waits until some lease that began after since returned a block from server, and
+// returns every such block; it fails t when there is none after 20 seconds. A test that restarts a
+// server passes the time the server was started again.
+func (l *LeaseLoop) WaitForServer(t testing.TB, server string, since time.Time) []allocator.Block {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var found []allocator.Block
 		l.mu.Lock()
-		for _, b := range l.blocks[from:] {
-			if b.Server == server {
+		for i, b := range l.blocks {
+			if b.Server == server && l.times[i].began.After(since) {
 				found = append(found, b)
 			}
 		}
@@ -109,7 +130,7 @@ func (l *LeaseLoop) WaitForServer(t testing.TB, server string, from int) []alloc
 			return found
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s leased nothing within 20s (after block %d)", server, from)
+			t.Fatalf("%s leased nothing within 20s (in leases begun after %s)", server, since.Format(time.StampMicro))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -124,9 +145,9 @@ type Restartable interface {
 
 // CheckKilledMidRun leases size-10 blocks of namespace from b on 16 goroutines, SIGKILLs victim (the
 // server b calls server) after 500 leases, lets duringKill more leases pass, starts it again and waits
-// until it serves. No lease may fail, no ID may be issued twice, and every block the victim leases
-// after its restart must start above every ID it issued before. It returns those blocks, for the
-// backend's own checks.
+// until it serves. No lease may fail, no ID may be issued twice, and every block the victim leases in a
+// lease begun after its restart must start above every ID it issued in leases that ended before the
+// restart began. It returns those blocks, for the backend's own checks.
 func CheckKilledMidRun(t testing.TB, b allocator.Backend, namespace, server string, victim Restartable, duringKill int64) []allocator.Block {
 	t.Helper()
 	l := StartLeasing(b, namespace, 10, 16)
@@ -137,18 +158,19 @@ func CheckKilledMidRun(t testing.TB, b allocator.Backend, namespace, server stri
 	}
 	killedAt := l.Count()
 	l.WaitFor(t, duringKill)
-	before := l.Blocks()
-	highest := Highest(before, server)
-	if highest == 0 {
-		t.Fatalf("%s issued nothing before the kill", server)
-	}
+	restarting := time.Now()
 	if err := victim.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	afterRestart := l.WaitForServer(t, server, len(before))
+	restarted := time.Now()
+	afterRestart := l.WaitForServer(t, server, restarted)
 	l.Stop()
 	if errs := l.Errs(); len(errs) > 0 {
 		t.Fatalf("%d of %d leases failed while %s was down; first: %v", len(errs), l.Count(), server, errs[0])
+	}
+	highest := Highest(l.EndedBefore(restarting), server)
+	if highest == 0 {
+		t.Fatalf("%s issued nothing before the kill", server)
 	}
 	for _, blk := range afterRestart {
 		if blk.Start <= highest {
