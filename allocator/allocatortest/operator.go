@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 )
@@ -105,21 +106,28 @@ func (r *operatorRun) disjoint() {
 	}
 }
 
-// FencedHealth returns server's health in b, and fails t unless b reports it fenced with a reason
-// that names the repair.
+// FencedHealth waits until b reports server fenced, with a reason that names the repair, and returns
+// its health; it fails t when that has not happened within 20 seconds. (A server may first be out of
+// rotation for another reason — a check that met the restore half done, say — until it is checked
+// again.)
 func FencedHealth(t testing.TB, b allocator.Backend, server string) allocator.ServerHealth {
 	t.Helper()
-	for _, h := range b.(allocator.HealthReporter).Health() {
-		if h.Name != server {
-			continue
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var last allocator.ServerHealth
+		for _, h := range b.(allocator.HealthReporter).Health() {
+			if h.Name == server {
+				last = h
+			}
 		}
-		if !h.Fenced || h.Healthy || !strings.Contains(h.Error, "ticketd repair") {
-			t.Fatalf("%s: health %+v, want fenced with a reason that names `ticketd repair`", server, h)
+		if last.Fenced && !last.Healthy && strings.Contains(last.Error, "ticketd repair") {
+			return last
 		}
-		return h
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: health %+v, want fenced with a reason that names `ticketd repair`", server, last)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("no health reported for %s", server)
-	return allocator.ServerHealth{}
 }
 
 // runRollback takes server B back in time with rollback while three processes know of it: p1 leased

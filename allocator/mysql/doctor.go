@@ -126,7 +126,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		v, _ := s.vars()
 		marks := p.peerMarks(ctx, s, v.offset)
 		for _, name := range sorted {
-			nd := NamespaceDiagnosis{Namespace: name, Server: s.Name(), Watermark: marks[name].value, Holder: marks[name].holder, Status: "ok"}
+			nd := NamespaceDiagnosis{Namespace: name, Server: s.Name(), Watermark: marks[name].Value, Holder: marks[name].Holder, Status: "ok"}
 			r, present := mine[name]
 			switch {
 			case !present:

@@ -42,9 +42,9 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 		return nil, fmt.Errorf("%w: namespace %q starts at %d, which leaves no ID for %s (offset %d of %d)",
 			allocator.ErrExhausted, ns.Name, ns.Start, s.Name(), offset, step)
 	}
-	floor := s.marks.get(ns.Name)
+	floor := s.marks.Get(ns.Name)
 	res, err := s.db.ExecContext(ctx, leaseSQL, first, total, step,
-		ns.Name, step, offset, floor.value, step, offset%step, largest, first, total, step)
+		ns.Name, step, offset, floor.Value, step, offset%step, largest, first, total, step)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 	if err != nil {
 		return nil, err
 	}
-	s.marks.leased(ns.Name, end, total*step)
+	s.marks.Leased(ns.Name, end, total*step)
 	blocks := make([]allocator.Block, len(sizes))
 	var from int64
 	for i, n := range sizes {
@@ -78,18 +78,18 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 // whyNoLease explains an UPDATE that matched no row: the row is gone or was changed behind ticketd
 // (the server is not the one that was checked), its counter went below the floor (restored or
 // rolled back: the server is fenced), or the request does not fit (size, or the end of the ID space).
-func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Namespace, floor watermark, first, largest, total int64) error {
+func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Namespace, floor multi.Mark, first, largest, total int64) error {
 	r, err := s.readRow(ctx, ns.Name)
 	switch {
-	case errors.Is(err, errRowMissing) && floor.value > 0:
-		return s.pair.fence(s, []string{ns.Name}, []string{fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns.Name, floor.holder, floor.value)})
+	case errors.Is(err, errRowMissing) && floor.Value > 0:
+		return s.pair.fence(s, []string{ns.Name}, []string{fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns.Name, floor.Holder, floor.Value)})
 	case err != nil:
 		return err
 	case r.step != v.increment || r.offset != v.offset:
 		return fmt.Errorf("%w: namespace %q on %s now has step %d offset %d, not the step %d offset %d it was checked with; it was changed outside ticketd",
 			allocator.ErrMisconfigured, ns.Name, s.Name(), r.step, r.offset, v.increment, v.offset)
-	case r.next < floor.value:
-		return s.pair.fence(s, []string{ns.Name}, []string{fmt.Sprintf("namespace %q counter %d is below %d seen by %s", ns.Name, r.next, floor.value, floor.holder)})
+	case r.next < floor.Value:
+		return s.pair.fence(s, []string{ns.Name}, []string{fmt.Sprintf("namespace %q counter %d is below %d seen by %s", ns.Name, r.next, floor.Value, floor.Holder)})
 	case r.next%r.step != v.offset%v.increment:
 		return fmt.Errorf("%w: %s's counter for %q is %d, not ≡ offset %d (mod %d); the row was changed outside ticketd",
 			allocator.ErrMisconfigured, s.Name(), ns.Name, r.next, v.offset, v.increment)

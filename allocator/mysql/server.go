@@ -52,7 +52,7 @@ type server struct {
 	fenced   []string // namespaces below a water mark
 	fenceWhy string
 
-	marks marks // the highest counters seen on this server, here and by the peers: the lease floors
+	marks multi.Floors // the highest counters seen on this server, here and by the peers
 
 	co coalescer // concurrent leases of one namespace share one UPDATE
 }
@@ -262,7 +262,7 @@ func (s *server) checkSchema(ctx context.Context) error {
 // older row takes the newer settings and has its counter raised to the namespace's start. A row that
 // is missing although a water mark says the server issued IDs from it is not created: the server lost
 // its data, and checkFence fences it.
-func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, marks map[string]watermark) error {
+func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, marks map[string]multi.Mark) error {
 	mine := make(map[string]rowSettings, len(rows))
 	for _, r := range rows {
 		mine[r.ns.Name] = r
@@ -288,7 +288,7 @@ func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, 
 	for name, r := range latest {
 		m, ok := mine[name]
 		switch {
-		case !ok && marks[name].value > 0:
+		case !ok && marks[name].Value > 0:
 			// Lost: fenced below, never recreated from nothing.
 		case !ok:
 			if _, err := s.insertRow(ctx, v, r.ns, highest[name], s.pair.cfg.now().UnixMicro()); err != nil {

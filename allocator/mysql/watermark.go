@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/internal/multi"
@@ -30,110 +27,6 @@ import (
 // cannot see: leases of the last WatermarkInterval or so that no mark holds yet, by processes other
 // than the one checking.
 
-// watermark is the highest counter seen on a server for one namespace, and who saw it.
-type watermark struct {
-	value  int64
-	holder string
-}
-
-// marks are the floors of one server: per namespace, the highest counter seen there by this process or
-// read in a peer's water marks. Safe for concurrent use.
-type marks struct {
-	mu   sync.Mutex
-	high map[string]watermark
-	// leasedSince counts, per namespace, the counter units leased here since rates were last taken.
-	leasedSince map[string]int64
-	ratesAt     time.Time
-	// written[peer][ns] is the value last written into that peer's table.
-	written map[*server]map[string]int64
-}
-
-const thisProcess = "this ticketd process"
-
-// observe raises a namespace's floor to v, seen by holder.
-func (m *marks) observe(ns string, v int64, holder string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.observeLocked(ns, v, holder)
-}
-
-func (m *marks) observeLocked(ns string, v int64, holder string) {
-	if m.high == nil {
-		m.high = map[string]watermark{}
-	}
-	if v > m.high[ns].value {
-		m.high[ns] = watermark{v, holder}
-	}
-}
-
-// leased notes a lease that took the counter to end, span counter units after where it started.
-func (m *marks) leased(ns string, end, span int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.observeLocked(ns, end, thisProcess)
-	if m.leasedSince == nil {
-		m.leasedSince = map[string]int64{}
-	}
-	m.leasedSince[ns] += span
-}
-
-func (m *marks) get(ns string) watermark {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.high[ns]
-}
-
-func (m *marks) snapshot() map[string]watermark {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string]watermark, len(m.high))
-	for ns, w := range m.high {
-		out[ns] = w
-	}
-	return out
-}
-
-// takeRates returns, per namespace, the counter units leased here per second since the last call.
-func (m *marks) takeRates(now time.Time) map[string]int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := map[string]int64{}
-	if elapsed := now.Sub(m.ratesAt).Seconds(); !m.ratesAt.IsZero() && elapsed > 0 {
-		for ns, n := range m.leasedSince {
-			out[ns] = int64(float64(n) / elapsed)
-		}
-	}
-	m.leasedSince, m.ratesAt = nil, now
-	return out
-}
-
-// pending returns the marks the peer has not received yet.
-func (m *marks) pending(peer *server) map[string]int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := map[string]int64{}
-	for ns, w := range m.high {
-		if m.written[peer][ns] < w.value {
-			out[ns] = w.value
-		}
-	}
-	return out
-}
-
-func (m *marks) wrote(peer *server, ns string, v int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.written == nil {
-		m.written = map[*server]map[string]int64{}
-	}
-	if m.written[peer] == nil {
-		m.written[peer] = map[string]int64{}
-	}
-	if v > m.written[peer][ns] {
-		m.written[peer][ns] = v
-	}
-}
-
 // writeWatermarks writes every server's unwritten marks, and the pace of this process's leases there,
 // into each usable peer.
 func (p *Pair) writeWatermarks(ctx context.Context) error {
@@ -144,12 +37,12 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 		if v == nil {
 			continue
 		}
-		rates := s.marks.takeRates(now)
+		rates := s.marks.TakeRates(now)
 		for _, peer := range p.set.All() {
 			if peer == s || !peer.Usable() {
 				continue
 			}
-			for ns, high := range s.marks.pending(peer) {
+			for ns, high := range s.marks.Pending(peer.Name()) {
 				_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us)
 					VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`,
 					ns, v.offset, high, now.UnixMicro())
@@ -157,7 +50,7 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 					errs = append(errs, fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err))
 					break
 				}
-				s.marks.wrote(peer, ns, high)
+				s.marks.Wrote(peer.Name(), ns, high)
 			}
 			for ns, rate := range rates {
 				if rate <= 0 {
@@ -201,7 +94,7 @@ func (p *Pair) guard() {
 // fenced itself still holds valid marks about s. A peer that cannot be read is left out: that says
 // nothing about s (the peer's own checks take it out of rotation, and refuse it when it lacks the
 // water-mark table).
-func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[string]watermark {
+func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[string]multi.Mark {
 	for _, peer := range p.set.All() {
 		if peer == s || !(peer.reachable() || (peer.inspected() && peer.view() == nil)) {
 			continue
@@ -210,7 +103,7 @@ func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[strin
 			p.cfg.Logger.Debug("could not read water marks", "peer", peer.Name(), "server", s.Name(), "err", err)
 		}
 	}
-	return s.marks.snapshot()
+	return s.marks.Snapshot()
 }
 
 // readMarks reads what peer recorded for the server of offset into s's floors.
@@ -228,14 +121,14 @@ func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) err
 		if err := rows.Scan(&ns, &h); err != nil {
 			return err
 		}
-		s.marks.observe(ns, h, peer.Name())
+		s.marks.Observe(ns, h, peer.Name())
 	}
 	return rows.Err()
 }
 
 // checkFence compares s's counters (made for the settings v) with marks. A counter below a mark, or a
 // row missing although a mark says the server issued from it, fences s.
-func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]watermark) error {
+func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]multi.Mark) error {
 	rows, err := s.readRows(ctx)
 	if err != nil {
 		return err
@@ -244,15 +137,15 @@ func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks ma
 	have := map[string]bool{}
 	for _, r := range rows {
 		have[r.ns.Name] = true
-		if w := marks[r.ns.Name]; r.next < w.value {
+		if w := marks[r.ns.Name]; r.next < w.Value {
 			fenced = append(fenced, r.ns.Name)
-			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", r.ns.Name, r.next, w.value, w.holder))
+			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", r.ns.Name, r.next, w.Value, w.Holder))
 		}
 	}
 	for ns, w := range marks {
-		if !have[ns] && w.value > 0 {
+		if !have[ns] && w.Value > 0 {
 			fenced = append(fenced, ns)
-			details = append(details, fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns, w.holder, w.value))
+			details = append(details, fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns, w.Holder, w.Value))
 		}
 	}
 	if len(fenced) == 0 {
@@ -270,8 +163,7 @@ func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks ma
 func (p *Pair) fence(s *server, namespaces, details []string) error {
 	sort.Strings(namespaces)
 	sort.Strings(details)
-	err := fmt.Errorf("%w: %s went back in time, as after a restore from an old backup or a lost disk (%s); it serves nothing until an operator checks it and runs: ticketd repair %s --server %s",
-		allocator.ErrFenced, s.Name(), strings.Join(details, "; "), namespaces[0], s.Name())
+	err := fmt.Errorf("%w: %s", allocator.ErrFenced, multi.FenceReason(s.Name(), namespaces, details))
 	s.mu.Lock()
 	s.fenced, s.fenceWhy = namespaces, err.Error()
 	s.mu.Unlock()
@@ -320,20 +212,20 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 		return allocator.RepairResult{}, err
 	}
 	w := p.peerMarks(ctx, s, v.offset)[namespace]
-	res := allocator.RepairResult{Server: s.Name(), Namespace: namespace, Watermark: w.value, Holder: w.holder}
+	res := allocator.RepairResult{Server: s.Name(), Namespace: namespace, Watermark: w.Value, Holder: w.Holder}
 	row, err := s.readRow(ctx, namespace)
 	missing := errors.Is(err, errRowMissing)
 	switch {
-	case missing && w.value > 0:
-		res.Fenced, res.Reason = true, fmt.Sprintf("no row for %q, but %s saw its counter at %d", namespace, w.holder, w.value)
+	case missing && w.Value > 0:
+		res.Fenced, res.Reason = true, fmt.Sprintf("no row for %q, but %s saw its counter at %d", namespace, w.Holder, w.Value)
 	case missing:
 	case err != nil:
 		return res, err
 	case row.step != v.increment || row.offset != v.offset:
 		return res, fmt.Errorf("%w: namespace %q on %s has step %d offset %d but the server runs with auto_increment_increment %d offset %d; restore the server's settings before any repair",
 			allocator.ErrMisconfigured, namespace, s.Name(), row.step, row.offset, v.increment, v.offset)
-	case row.next < w.value:
-		res.Fenced, res.Reason = true, fmt.Sprintf("counter %d is below %d seen by %s", row.next, w.value, w.holder)
+	case row.next < w.Value:
+		res.Fenced, res.Reason = true, fmt.Sprintf("counter %d is below %d seen by %s", row.next, w.Value, w.Holder)
 	}
 	if !missing {
 		res.Before = row.next
@@ -372,7 +264,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 		return res, err
 	}
 	res.After, res.Margin = row.next, row.next-base
-	s.marks.observe(namespace, row.next, "ticketd repair")
+	s.marks.Observe(namespace, row.next, "ticketd repair")
 	p.cfg.Logger.Warn("ticket server repaired", "server", s.Name(), "namespace", namespace, "before", res.Before,
 		"watermark", res.Watermark, "margin", res.Margin, "after", res.After, "why", res.MarginWhy)
 	if !s.Usable() {
@@ -383,13 +275,8 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 	return res, nil
 }
 
-// marginIntervals is how many water-mark intervals of leases a default repair margin covers: the
-// interval whose leases no mark holds yet, one more for a writer that was late, and one to spare.
-const marginIntervals = 3
-
-// defaultMargin sizes a repair's margin from what can have been leased since the last mark was
-// written: marginIntervals water-mark intervals at the highest lease rate any process recorded with
-// its marks, and never less than ten of the namespace's largest blocks.
+// defaultMargin sizes a repair's margin from the highest lease rate the peers recorded for the server
+// (see multi.RepairMargin).
 func (p *Pair) defaultMargin(ctx context.Context, s *server, v serverVars, namespace string, maxBlock int64) (int64, string) {
 	var peak int64
 	for _, peer := range p.set.All() {
@@ -404,12 +291,5 @@ func (p *Pair) defaultMargin(ctx context.Context, s *server, v serverVars, names
 			peak = max(peak, r)
 		}
 	}
-	window := time.Duration(marginIntervals) * p.cfg.WatermarkInterval
-	byRate := int64(float64(peak) * window.Seconds())
-	byBlocks := 10 * maxBlock * v.increment
-	if byRate > byBlocks {
-		return byRate, fmt.Sprintf("%d mark intervals (%s) at the highest lease rate recorded with the marks, %d per second", marginIntervals, window, peak)
-	}
-	return byBlocks, fmt.Sprintf("ten blocks of max_block_size %d at step %d (more than %d mark intervals, %s, at the highest lease rate recorded with the marks, %d per second)",
-		maxBlock, v.increment, marginIntervals, window, peak)
+	return multi.RepairMargin(peak, p.cfg.WatermarkInterval, maxBlock, v.increment)
 }

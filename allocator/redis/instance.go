@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -18,6 +19,9 @@ import (
 
 // errMissing means the instance lacks a namespace (settings or counter) that another instance has.
 var errMissing = errors.New("redis: namespace missing on this instance")
+
+// errNotChecked means a lease reached an instance whose checks have not passed yet.
+var errNotChecked = errors.New("redis: instance not checked yet")
 
 // record is a namespace's settings as an instance stores them.
 type record struct {
@@ -63,40 +67,70 @@ type instance struct {
 	offset int64
 	store  *Store
 
-	mu     sync.Mutex
-	warned bool // the volatile warning was logged
+	// checked holds the id the instance's offset claim was proven under: a lease sends it, and the
+	// lease script refuses an instance that no longer has it (wiped, replaced). Nil until checked.
+	checked atomic.Pointer[string]
+	marks   multi.Floors // the highest counters seen here, by this process and in the peers' marks
+
+	mu       sync.Mutex
+	warned   bool     // the volatile warning was logged
+	fenced   []string // namespaces below a water mark, or every one when the instance lost its data
+	fenceWhy string
 }
 
-// Health reports the instance's state with its stride and offset.
+// Health reports the instance's state with its stride and offset, and whether it is fenced.
 func (in *instance) Health() allocator.ServerHealth {
 	h := in.Member.Health()
 	h.Step, h.Offset = in.store.cfg.Stride, in.offset
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	h.Fenced = len(in.fenced) > 0
+	if h.Fenced && !h.Healthy {
+		h.Error = in.fenceWhy
+	}
 	return h
 }
 
-// Revive checks a down instance again (durability, identity, namespaces) and puts it back in rotation.
-func (in *instance) Revive(ctx context.Context) error {
-	return in.ReviveWith(ctx, func(ctx context.Context) error {
-		if err := in.inspect(ctx); err != nil {
-			return err
-		}
-		return in.syncFromPeers(ctx)
-	})
+// reachable reports whether the instance answers: in rotation, or out of it because it is fenced.
+func (in *instance) reachable() bool {
+	if in.Usable() {
+		return true
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.fenced) > 0
 }
 
-// inspect checks that the instance keeps acknowledged writes and serves the configured offset. A
-// misconfiguration is ErrMisconfigured; an instance that does not answer returns its connection error.
-func (in *instance) inspect(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, in.store.cfg.AttemptTimeout)
+// Revive checks a down instance again and puts it back in rotation.
+func (in *instance) Revive(ctx context.Context) error {
+	return in.ReviveWith(ctx, in.check)
+}
+
+// check runs every check an instance must pass before it serves: it keeps acknowledged writes, its
+// offset claim is proven exclusive across the set, it caught up with the namespaces and settings it
+// missed, and no counter is below a water mark. Only then do leases go to it, under the id its claim
+// was proven with. A misconfiguration is ErrMisconfigured, lost data or a counter gone back
+// ErrFenced; an instance that does not answer returns its connection error.
+func (in *instance) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*in.store.cfg.AttemptTimeout)
 	defer cancel()
 	err := in.checkDurability(ctx)
+	var id string
 	if err == nil {
-		err = in.claim(ctx)
+		id, err = in.claim(ctx)
+	}
+	if err == nil {
+		err = in.catchUp(ctx)
+	}
+	if err == nil {
+		err = in.store.checkFence(ctx, in)
 	}
 	if err != nil {
 		in.NoteError(err)
+		return err
 	}
-	return err
+	in.checked.Store(&id)
+	return nil
 }
 
 // isRefusal reports whether a Redis error reply will not go away by itself (a command renamed or
@@ -171,51 +205,34 @@ func (in *instance) warnVolatile(why string) {
 	}
 }
 
-// claim records on the instance the offset and stride it serves, or checks them against the ones it
-// recorded before. Serving another offset would run its counters into another instance's IDs.
-func (in *instance) claim(ctx context.Context) error {
-	cfg := in.store.cfg
-	res, err := identityScript.Run(ctx, in.client, []string{in.store.keys.identity()},
-		cfg.Stride, in.offset, in.Name(), cfg.now().UnixMicro()).StringSlice()
-	if err != nil {
-		return fmt.Errorf("%s: %w", in.Name(), err)
-	}
-	if res[0] != "conflict" || len(res) < 4 {
-		return nil
-	}
-	stride, offset, via := res[1], res[2], res[3]
-	for _, other := range in.store.set.All() {
-		if other != in && other.Name() == via && strconv.FormatInt(other.offset, 10) == offset && strconv.FormatInt(cfg.Stride, 10) == stride {
-			return fmt.Errorf("%w: %s and %s are one Redis instance (it serves offset %s, claimed via %s); list each instance once",
-				allocator.ErrMisconfigured, via, in.Name(), offset, via)
-		}
-	}
-	return fmt.Errorf("%w: Redis %s (key prefix %q) serves offset %s of stride %s (first claimed via %s) but is configured as offset %d of stride %d, "+
-		"which could issue IDs another instance issues; configure it as it was (offsets follow the order of the addresses unless set)",
-		allocator.ErrMisconfigured, in.Name(), cfg.KeyPrefix, offset, stride, via, in.offset, cfg.Stride)
-}
-
-// syncFromPeers gives the instance the namespaces that the usable instances have and it lacks, and
-// the settings and floors it missed while it was away.
-func (in *instance) syncFromPeers(ctx context.Context) error {
+// catchUp gives the instance the namespaces that the usable instances, and this process, know and it
+// lacks, and the settings and floors it missed while it was away — also when the instances holding a
+// change are away now. A namespace it lacks although a water mark says it issued from it is not
+// created: the instance lost its data, and checkFence fences it.
+func (in *instance) catchUp(ctx context.Context) error {
 	mine, err := in.readRecords(ctx)
 	if err != nil {
 		return err
 	}
-	peers := map[string]record{}
+	latest := map[string]record{}
 	for _, p := range in.store.set.All() {
 		if p == in || !p.Usable() {
 			continue
 		}
 		if recs, err := p.readRecords(ctx); err == nil {
 			for _, r := range recs {
-				multi.KeepLatest(peers, r)
+				multi.KeepLatest(latest, r)
 			}
 		}
 	}
-	for name, r := range peers {
+	for _, r := range in.store.set.Known() {
+		multi.KeepLatest(latest, r)
+	}
+	for name, r := range latest {
 		m, ok := mine[name]
 		switch {
+		case !ok && in.marks.Get(name).Value > 0:
+			continue
 		case !ok:
 			err = in.ensure(ctx, r)
 		case r.updatedUS > m.updatedUS || r.floor > m.floor:
@@ -228,8 +245,13 @@ func (in *instance) syncFromPeers(ctx context.Context) error {
 	return nil
 }
 
-// Namespace is the record's settings.
-func (r record) Namespace() allocator.Namespace { return r.ns }
+// Namespace is the record's settings; its Start is the highest start the namespace was created or
+// advanced with.
+func (r record) Namespace() allocator.Namespace {
+	ns := r.ns
+	ns.Start = max(ns.Start, r.floor)
+	return ns
+}
 
 // UpdatedUS is when the record's settings last changed.
 func (r record) UpdatedUS() int64 { return r.updatedUS }
@@ -295,13 +317,26 @@ func (in *instance) readRecords(ctx context.Context) (map[string]record, error) 
 	return out, nil
 }
 
-// lease is the one-call lease: the script checks the namespace and moves the counter by size×stride
-// with INCRBY, returning the counter before the move, which is the block's first ID.
-func (in *instance) lease(ctx context.Context, ns allocator.Namespace, size int64) (allocator.Block, error) {
+// lease is the one-call lease: the script checks that the instance is still the one whose claim was
+// proven, the namespace and the counter against its floor, raises the counter to the namespace's
+// start, and moves it by size×stride with INCRBY, returning the counter before the move, which is the
+// block's first ID.
+func (in *instance) lease(ctx context.Context, rec record, size int64) (allocator.Block, error) {
+	id := in.checked.Load()
+	if id == nil {
+		return allocator.Block{}, fmt.Errorf("%s: %w", in.Name(), errNotChecked)
+	}
+	ns := rec.Namespace()
 	stride := in.store.cfg.Stride
+	first, ok := multi.FirstAtLeast(ns.Start, stride, in.offset)
+	if !ok {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q starts at %d, which leaves no ID for %s (offset %d of %d)",
+			allocator.ErrExhausted, ns.Name, ns.Start, in.Name(), in.offset, stride)
+	}
+	floor := in.marks.Get(ns.Name)
 	k := in.store.keys
-	res, err := leaseScript.Run(ctx, in.client, []string{k.counter(ns.Name), k.settings(ns.Name)},
-		size, size*stride, stride, in.offset%stride).StringSlice()
+	res, err := leaseScript.Run(ctx, in.client, []string{k.counter(ns.Name), k.settings(ns.Name), k.identity()},
+		size, size*stride, stride, in.offset%stride, floor.Value, first, *id).StringSlice()
 	if err != nil {
 		return allocator.Block{}, err
 	}
@@ -314,12 +349,24 @@ func (in *instance) lease(ctx context.Context, ns allocator.Namespace, size int6
 	}
 	switch res[0] {
 	case "ok":
-		first, err := strconv.ParseInt(arg, 10, 64)
-		if err != nil || first < 1 {
+		cur, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || cur < 1 {
 			return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q was %q", allocator.ErrMisconfigured, in.Name(), ns.Name, arg)
 		}
-		return allocator.BlockEnding(ns.Name, in.Name(), first+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
+		in.marks.Leased(ns.Name, cur+size*stride, size*stride)
+		return allocator.BlockEnding(ns.Name, in.Name(), cur+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
+	case "identity":
+		if arg == "" {
+			return allocator.Block{}, in.store.fenceLost(in, "its identity is gone while it served: its data was wiped, or another Redis answers at its address")
+		}
+		return allocator.Block{}, fmt.Errorf("%w: %s now answers as instance %s, not instance %s whose offset claim was checked; another Redis answers at its address",
+			allocator.ErrMisconfigured, in.Name(), arg, *id)
+	case "behind":
+		return allocator.Block{}, in.store.fence(in, []string{ns.Name}, []string{fmt.Sprintf("namespace %q counter %s is below %d seen by %s", ns.Name, arg, floor.Value, floor.Holder)})
 	case "missing":
+		if floor.Value > 0 {
+			return allocator.Block{}, in.store.fence(in, []string{ns.Name}, []string{fmt.Sprintf("namespace %q is gone but %s saw its counter at %d", ns.Name, floor.Holder, floor.Value)})
+		}
 		return allocator.Block{}, errMissing
 	case "size":
 		return allocator.Block{}, fmt.Errorf("%w: %d is above namespace %q's max_block_size %s", allocator.ErrInvalidSize, size, ns.Name, arg)
@@ -336,12 +383,14 @@ func (in *instance) lease(ctx context.Context, ns allocator.Namespace, size int6
 }
 
 // create makes the namespace on this instance; created reports whether it was new here. The counter
-// starts at the first ID of this instance's residue at or above the namespace's start (or floor).
-func (in *instance) create(ctx context.Context, rec record) (created bool, err error) {
+// starts at the first ID of this instance's residue at or above the namespace's start (or floor) and
+// from.
+func (in *instance) create(ctx context.Context, rec record, from int64) (created bool, err error) {
 	stride := in.store.cfg.Stride
-	first, ok := multi.FirstAtLeast(max(rec.ns.Start, rec.floor), stride, in.offset)
+	lowest := max(rec.ns.Start, rec.floor, from)
+	first, ok := multi.FirstAtLeast(lowest, stride, in.offset)
 	if !ok {
-		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(rec.ns.Start, rec.floor), in.Name(), in.offset, stride)
+		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, lowest, in.Name(), in.offset, stride)
 	}
 	k := in.store.keys
 	res, err := createScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name), k.index()},
@@ -362,7 +411,7 @@ func (in *instance) create(ctx context.Context, rec record) (created bool, err e
 
 // ensure creates the namespace on this instance if it lacks it.
 func (in *instance) ensure(ctx context.Context, rec record) error {
-	created, err := in.create(ctx, rec)
+	created, err := in.create(ctx, rec, 0)
 	if created {
 		in.store.cfg.Logger.Info("namespace created on a Redis instance that missed it", "server", in.Name(), "namespace", rec.ns.Name)
 	}

@@ -53,6 +53,9 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// ProbeInterval is how often a background check retries instances that are down. Default 1s.
 	ProbeInterval time.Duration
+	// WatermarkInterval is how often each instance's high-water marks are written to the other
+	// instances and read back (the restored-state guard); they are also written on Close. Default 2s.
+	WatermarkInterval time.Duration
 	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
 	SettingsTTL time.Duration
 	// MaxConns bounds each instance's connection pool. Default 32.
@@ -93,6 +96,9 @@ func (c Config) withDefaults() Config {
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = time.Second
 	}
+	if c.WatermarkInterval == 0 {
+		c.WatermarkInterval = 2 * time.Second
+	}
 	if c.SettingsTTL == 0 {
 		c.SettingsTTL = 2 * time.Second
 	}
@@ -118,7 +124,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: %d offsets for %d Redis instances; give one offset per instance", allocator.ErrMisconfigured, len(c.Offsets), n)
 	case c.Stride < n || c.Stride > MaxStride:
 		return fmt.Errorf("%w: stride %d must be between the number of Redis instances (%d) and %d", allocator.ErrMisconfigured, c.Stride, n, MaxStride)
-	case c.AttemptTimeout < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.ProbeInterval < 0 || c.SettingsTTL < 0 || c.MaxConns < 0:
+	case c.AttemptTimeout < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.ProbeInterval < 0 || c.WatermarkInterval < 0 || c.SettingsTTL < 0 || c.MaxConns < 0:
 		return errors.New("redis: timeouts, backoffs, intervals and MaxConns must not be negative")
 	}
 	var errs []error
@@ -184,6 +190,9 @@ func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
 type keys struct{ prefix string }
 
 func (k keys) identity() string          { return k.prefix + "instance" }
+func (k keys) claims() string            { return k.prefix + "claims" }
+func (k keys) marks() string             { return k.prefix + "marks" }
+func (k keys) rates() string             { return k.prefix + "rates" }
 func (k keys) index() string             { return k.prefix + "namespaces" }
 func (k keys) counter(ns string) string  { return k.prefix + "ns:" + ns + ":next" }
 func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":settings" }
@@ -195,20 +204,73 @@ type Store struct {
 	cfg  Config
 	keys keys
 	set  *multi.Set[*instance, record] // the instances, their health, failover and cached settings
+	// kickGuard runs the restored-state guard soon (see guard); nil until Open starts it.
+	kickGuard func()
 }
 
 var _ allocator.Backend = (*Store)(nil)
 var _ allocator.HealthReporter = (*Store)(nil)
 
-// Open connects to every instance and checks each reachable one: it must keep acknowledged writes
-// across a restart (unless AllowVolatile), and serve the offset and stride it served before. Any
-// misconfiguration refuses the whole store with ErrMisconfigured. Instances that are down are checked
-// when they come back, before their first lease; Open fails with ErrUnavailable when none answers.
+// Open connects to every instance and checks each reachable one (see instance.check): it must keep
+// acknowledged writes across a restart (unless AllowVolatile), and serve the offset and stride it
+// served before, proven exclusive across the set. Any misconfiguration refuses the whole store with
+// ErrMisconfigured. An instance that lost its data, or whose counters went back, is fenced and the
+// others serve. Instances that are down are checked when they come back, before their first lease;
+// Open fails with ErrUnavailable when none passes its checks.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	s, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	errs := s.set.InParallel(func(in *instance) error { return in.check(ctx) })
+	var refused []error
+	for i := range s.set.All() {
+		if errors.Is(errs[i], allocator.ErrMisconfigured) {
+			refused = append(refused, errs[i])
+		}
+	}
+	if len(refused) > 0 {
+		s.closeClients()
+		return nil, errors.Join(refused...)
+	}
+	usable, fenced := 0, 0
+	for i, in := range s.set.All() {
+		switch {
+		case errs[i] == nil:
+			in.MarkUsable()
+			usable++
+		case errors.Is(errs[i], allocator.ErrFenced):
+			in.MarkDown(errs[i])
+			fenced++
+		default:
+			cfg.Logger.Warn("Redis instance not usable at start; serving from the others", "server", in.Name(), "err", errs[i])
+			in.MarkDown(errs[i])
+		}
+	}
+	if usable+fenced == 0 {
+		s.closeClients()
+		return nil, fmt.Errorf("%w: no Redis instance of %s passed its checks: %w", allocator.ErrUnavailable, s.names(), errors.Join(errs...))
+	}
+	// Instances that missed namespace changes while they were away catch up from the others (those
+	// checked early could not see the ones checked after them).
+	for _, in := range s.set.All() {
+		if in.Usable() {
+			if err := in.catchUp(ctx); err != nil {
+				cfg.Logger.Warn("could not copy namespaces from the other Redis instances", "server", in.Name(), "err", err)
+			}
+		}
+	}
+	s.set.Every(cfg.ProbeInterval, s.probe)
+	s.kickGuard = s.set.Every(cfg.WatermarkInterval, s.guard)
+	return s, nil
+}
+
+// build makes a Store with a client per instance and checks nothing.
+func build(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, set: multi.NewSet[*instance, record](multi.Config{
 		Noun: "Redis instance", Every: "every Redis instance",
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
@@ -232,43 +294,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		seen[name] = true
 		s.set.Add(&instance{Member: s.set.NewMember(name), client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
 	}
-
-	errs := s.set.InParallel(func(in *instance) error { return in.inspect(ctx) })
-	var refused []error
-	reachable := 0
-	for i := range s.set.All() {
-		switch {
-		case errs[i] == nil:
-			reachable++
-		case errors.Is(errs[i], allocator.ErrMisconfigured):
-			refused = append(refused, errs[i])
-		}
-	}
-	if len(refused) > 0 {
-		s.closeClients()
-		return nil, errors.Join(refused...)
-	}
-	if reachable == 0 {
-		s.closeClients()
-		return nil, fmt.Errorf("%w: none of the Redis instances %s answered: %w", allocator.ErrUnavailable, s.names(), errors.Join(errs...))
-	}
-	for i, in := range s.set.All() {
-		if errs[i] == nil {
-			in.MarkUsable()
-			continue
-		}
-		cfg.Logger.Warn("Redis instance unreachable at start; serving from the others", "server", in.Name(), "err", errs[i])
-		in.MarkDown(errs[i])
-	}
-	// Instances that missed namespace changes while they were away catch up from the others.
-	for _, in := range s.set.All() {
-		if in.Usable() {
-			if err := in.syncFromPeers(ctx); err != nil {
-				cfg.Logger.Warn("could not copy namespaces from the other Redis instances", "server", in.Name(), "err", err)
-			}
-		}
-	}
-	s.set.Every(cfg.ProbeInterval, s.probe)
 	return s, nil
 }
 
@@ -286,9 +311,17 @@ func (s *Store) probe() {
 	}
 }
 
-// Close stops background checks and closes every connection pool. Safe to call twice.
+// Close stops background checks, writes the water marks one last time and closes every connection
+// pool. Safe to call twice.
 func (s *Store) Close() error {
-	s.set.Close(s.closeClients)
+	s.set.Close(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptTimeout)
+		if err := s.writeMarks(ctx); err != nil {
+			s.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
+		}
+		cancel()
+		s.closeClients()
+	})
 	return nil
 }
 
@@ -325,11 +358,12 @@ func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, pre
 
 // leaseOn is one attempt on one instance, under the attempt's timeout.
 func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
-	blk, err := in.lease(ctx, rec.ns, size)
+	blk, err := in.lease(ctx, rec, size)
 	if errors.Is(err, errMissing) {
-		// The instance was away when the namespace was created: give it the namespace, then lease.
+		// The instance was away when the namespace was created, and nothing says it ever issued from it
+		// (else the lease would have fenced it): give it the namespace, then lease.
 		if err = in.ensure(ctx, rec); err == nil {
-			blk, err = in.lease(ctx, rec.ns, size)
+			blk, err = in.lease(ctx, rec, size)
 		}
 	}
 	return blk, err
@@ -348,7 +382,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	return s.set.CreateNamespace(ctx, ns, func(ctx context.Context, in *instance) bool {
 		return in.Usable() || (in.Due(s.cfg.now()) && in.Revive(ctx) == nil) // else it gets the namespace when it comes back
 	}, func(ctx context.Context, in *instance, c multi.Change[record]) (bool, error) {
-		return in.create(ctx, record{ns: c.Namespace, updatedUS: c.UpdatedUS})
+		return in.create(ctx, record{ns: c.Namespace, updatedUS: c.UpdatedUS}, 0)
 	})
 }
 

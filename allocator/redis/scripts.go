@@ -21,11 +21,18 @@ local function residue(s, m)
 end
 `
 
-// leaseScript takes a block: KEYS counter, settings; ARGV size, size*stride, stride, offset mod stride.
-// It refuses, changing nothing, when the namespace is missing on this instance, the size is above the
-// namespace's maximum, the counter is not of this instance's residue, or the block would pass
-// MaxInt64. On success it returns the counter before the lease, the block's first ID.
+// leaseScript takes a block: KEYS counter, settings, identity; ARGV size, size*stride, stride, offset
+// mod stride, floor, first (the first counter of this instance's residue at or above the namespace's
+// start), the instance's id. Like the MySQL lease statement it carries its own proof: it refuses,
+// changing nothing, when the instance is no longer the one whose offset claim was checked (its id
+// differs or is gone: its data was wiped or replaced), the counter is below the floor (the highest
+// counter seen there by this process or read in a peer's water marks: the instance went back in time),
+// the namespace is missing, the size is above the namespace's maximum, the counter is not of this
+// instance's residue, or the block would pass MaxInt64. A counter below first is raised to it. On
+// success it returns the counter before the lease, the block's first ID.
 var leaseScript = goredis.NewScript(luaHelpers + `
+local id = redis.call('HGET', KEYS[3], 'id')
+if id ~= ARGV[7] then return {'identity', id or ''} end
 local cur = redis.call('GET', KEYS[1])
 if not cur then return {'missing'} end
 if not canonical(cur) then return {'corrupt', cur} end
@@ -33,6 +40,11 @@ local max = redis.call('HGET', KEYS[2], 'max_block_size')
 if not max then return {'missing'} end
 if tonumber(ARGV[1]) > tonumber(max) then return {'size', max} end
 if residue(cur, tonumber(ARGV[3])) ~= tonumber(ARGV[4]) then return {'residue', cur} end
+if less(cur, ARGV[5]) then return {'behind', cur} end
+if less(cur, ARGV[6]) then
+  redis.call('SET', KEYS[1], ARGV[6])
+  cur = ARGV[6]
+end
 local r = redis.pcall('INCRBY', KEYS[1], ARGV[2])
 if type(r) == 'table' and r.err then
   if string.find(r.err, 'overflow', 1, true) then return {'exhausted', cur} end
@@ -80,14 +92,63 @@ end
 return {'ok'}
 `)
 
-// identityScript records which offset of which stride an instance serves, the first time it is used,
-// and afterwards reports a mismatch: KEYS identity; ARGV stride, offset, address, now_us.
-var identityScript = goredis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'stride', 'offset', 'addr')
+// claimScript gives an instance its identity, or checks the one it has: KEYS identity, claims; ARGV
+// stride, offset, address, now_us, a new id (used only when the instance has none). An instance
+// without an identity whose own claims still name a holder of the offset lost part of its data:
+// 'lost'. One that holds another offset or stride: 'conflict'. Otherwise it returns 'ok', its id and
+// whether its claim was proven exclusive (every other instance recorded it).
+var claimScript = goredis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'stride', 'offset', 'addr', 'id', 'proven')
 if not v[1] then
-  redis.call('HSET', KEYS[1], 'stride', ARGV[1], 'offset', ARGV[2], 'addr', ARGV[3], 'claimed_us', ARGV[4])
-  return {'claimed'}
+  local holder = redis.call('HGET', KEYS[2], ARGV[2])
+  if holder then return {'lost', holder} end
+  redis.call('HSET', KEYS[1], 'stride', ARGV[1], 'offset', ARGV[2], 'addr', ARGV[3], 'claimed_us', ARGV[4], 'id', ARGV[5])
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
+  return {'ok', ARGV[5], '0'}
 end
-if v[1] == ARGV[1] and v[2] == ARGV[2] then return {'ok'} end
-return {'conflict', v[1], v[2] or '', v[3] or ''}
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return {'conflict', v[1], v[2] or '', v[3] or ''} end
+local id = v[4]
+if not id then
+  id = ARGV[5]
+  redis.call('HSET', KEYS[1], 'id', id)
+end
+local holder = redis.call('HGET', KEYS[2], ARGV[2])
+if not holder then
+  redis.call('HSET', KEYS[2], ARGV[2], id)
+elseif holder ~= id then
+  return {'taken', holder, id}
+end
+return {'ok', id, v[5] or '0'}
+`)
+
+// recordClaimScript records on a peer that an offset is held by an instance id: KEYS the peer's claims,
+// the peer's identity; ARGV offset, id. It refuses when the peer itself holds that offset under another
+// id, or records another holder of it ('taken').
+var recordClaimScript = goredis.NewScript(`
+local own = redis.call('HMGET', KEYS[2], 'offset', 'id')
+if own[1] == ARGV[1] and own[2] ~= ARGV[2] then return {'conflict', own[2] or ''} end
+local holder = redis.call('HGET', KEYS[1], ARGV[1])
+if holder and holder ~= ARGV[2] then return {'taken', holder} end
+if not holder then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return {'ok'}
+`)
+
+// raiseScript raises hash fields to at least the given values: KEYS hash; ARGV field, value, field,
+// value… (canonical decimal strings). Water marks and lease rates only ever rise.
+var raiseScript = goredis.NewScript(luaHelpers + `
+for i = 1, #ARGV, 2 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if not cur or not canonical(cur) or less(cur, ARGV[i + 1]) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 'ok'
+`)
+
+// raiseCounterScript raises a counter to at least a value, never lowering it: KEYS counter; ARGV value.
+var raiseCounterScript = goredis.NewScript(luaHelpers + `
+local cur = redis.call('GET', KEYS[1])
+if cur and not canonical(cur) then return {'corrupt', cur} end
+if not cur or less(cur, ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return {'ok'}
 `)

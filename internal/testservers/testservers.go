@@ -248,6 +248,9 @@ func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 // Addr is host:port.
 func (r *Redis) Addr() string { return fmt.Sprintf("127.0.0.1:%d", r.Port) }
 
+// Dir is the server's directory: its append-only files live in Dir()/appendonlydir.
+func (r *Redis) Dir() string { return r.opts.Dir }
+
 // Start starts redis-server and waits until it answers PING.
 func (r *Redis) Start(ctx context.Context) error {
 	aof := []string{"--appendonly", "yes", "--appendfsync", "always"}

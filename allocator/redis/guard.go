@@ -1,0 +1,315 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/multi"
+)
+
+// The restored-state guard, as the MySQL pair has it. An instance restarted from an old RDB or AOF, or
+// one whose data was wiped, comes back with counters that went back in time (or none), and would issue
+// again every ID since. Each process keeps, per instance and namespace, the highest counter it has seen
+// there (its floors), writes them into the other instances' water marks (the marks hash, field
+// "offset:namespace") every WatermarkInterval and on Close, and reads the peers' marks back into its
+// floors. Every lease script requires the counter to be at or above the floor and the instance to keep
+// the identity its claim was proven with; every check, and the guard every WatermarkInterval, compares
+// the counters with the floors. An instance that fails is fenced until `ticketd repair`.
+
+// writeMarks writes every instance's unwritten floors, and the pace of this process's leases there, into
+// each usable peer.
+func (s *Store) writeMarks(ctx context.Context) error {
+	var errs []error
+	now := s.cfg.now()
+	for _, in := range s.set.All() {
+		if in.checked.Load() == nil {
+			continue
+		}
+		rates := in.marks.TakeRates(now)
+		off := strconv.FormatInt(in.offset, 10) + ":"
+		for _, p := range s.set.All() {
+			if p == in || !p.Usable() {
+				continue
+			}
+			pending := in.marks.Pending(p.Name())
+			if len(pending) > 0 {
+				args := make([]any, 0, 2*len(pending))
+				for ns, v := range pending {
+					args = append(args, off+ns, strconv.FormatInt(v, 10))
+				}
+				if err := raiseScript.Run(ctx, p.client, []string{s.keys.marks()}, args...).Err(); err != nil {
+					errs = append(errs, fmt.Errorf("water marks of %s on %s: %w", in.Name(), p.Name(), err))
+					continue
+				}
+				for ns, v := range pending {
+					in.marks.Wrote(p.Name(), ns, v)
+				}
+			}
+			var rargs []any
+			for ns, r := range rates {
+				if r > 0 {
+					rargs = append(rargs, off+ns, strconv.FormatInt(r, 10))
+				}
+			}
+			if len(rargs) > 0 {
+				if err := raiseScript.Run(ctx, p.client, []string{s.keys.rates()}, rargs...).Err(); err != nil {
+					errs = append(errs, fmt.Errorf("lease rates of %s on %s: %w", in.Name(), p.Name(), err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readMarks reads every reachable instance's water marks into the floors of the instances they are
+// about.
+func (s *Store) readMarks(ctx context.Context) {
+	byOffset := map[int64]*instance{}
+	for _, in := range s.set.All() {
+		byOffset[in.offset] = in
+	}
+	for _, p := range s.set.All() {
+		if !p.reachable() {
+			continue
+		}
+		marks, err := p.client.HGetAll(ctx, s.keys.marks()).Result()
+		if err != nil {
+			s.cfg.Logger.Debug("could not read water marks", "peer", p.Name(), "err", err)
+			continue
+		}
+		for field, v := range marks {
+			offStr, ns, ok := strings.Cut(field, ":")
+			off, err1 := strconv.ParseInt(offStr, 10, 64)
+			n, err2 := strconv.ParseInt(v, 10, 64)
+			if in := byOffset[off]; ok && err1 == nil && err2 == nil && in != nil && in != p {
+				in.marks.Observe(ns, n, p.Name())
+			}
+		}
+	}
+}
+
+// guard runs every WatermarkInterval, and at once when an instance is fenced: it writes the marks to the
+// peers, reads theirs back into the floors, and fences an instance in rotation whose counters went
+// below them — also when no lease is asking.
+func (s *Store) guard() {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
+	defer cancel()
+	if err := s.writeMarks(ctx); err != nil && !s.set.Closed() {
+		s.cfg.Logger.Warn("could not record high-water marks", "err", err)
+	}
+	s.readMarks(ctx)
+	for _, in := range s.set.All() {
+		if !in.Usable() {
+			continue
+		}
+		if err := s.checkFence(ctx, in); errors.Is(err, allocator.ErrFenced) {
+			in.MarkDown(err)
+		}
+	}
+}
+
+// checkFence compares the instance's counters with its floors: a counter below its floor, or gone
+// although the floor says the instance issued from it, fences the instance.
+func (s *Store) checkFence(ctx context.Context, in *instance) error {
+	floors := in.marks.Snapshot()
+	if len(floors) == 0 {
+		in.clearFence()
+		return nil
+	}
+	names := make([]string, 0, len(floors))
+	for ns := range floors {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	pipe := in.client.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(names))
+	for i, ns := range names {
+		cmds[i] = pipe.Get(ctx, s.keys.counter(ns))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return fmt.Errorf("%s: %w", in.Name(), err)
+	}
+	var fenced, details []string
+	for i, ns := range names {
+		f := floors[ns]
+		v, err := cmds[i].Int64()
+		switch {
+		case errors.Is(err, goredis.Nil) && f.Value > 0:
+			fenced = append(fenced, ns)
+			details = append(details, fmt.Sprintf("namespace %q is gone but %s saw its counter at %d", ns, f.Holder, f.Value))
+		case err == nil && v < f.Value:
+			fenced = append(fenced, ns)
+			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", ns, v, f.Value, f.Holder))
+		}
+	}
+	if len(fenced) == 0 {
+		in.clearFence()
+		return nil
+	}
+	return s.fence(in, fenced, details)
+}
+
+func (in *instance) clearFence() {
+	in.mu.Lock()
+	in.fenced, in.fenceWhy = nil, ""
+	in.mu.Unlock()
+}
+
+// fence records that the instance went back in time for the namespaces named, logs it, has this
+// process's marks written to the peers at once, and returns the error that takes it out of rotation.
+func (s *Store) fence(in *instance, namespaces, details []string) error {
+	sort.Strings(namespaces)
+	sort.Strings(details)
+	err := fmt.Errorf("%w: %s", allocator.ErrFenced, multi.FenceReason(in.Name(), namespaces, details))
+	in.mu.Lock()
+	in.fenced, in.fenceWhy = namespaces, err.Error()
+	in.mu.Unlock()
+	s.cfg.Logger.Error("Redis instance fenced", "server", in.Name(), "namespaces", namespaces, "err", err)
+	if s.kickGuard != nil {
+		s.kickGuard()
+	}
+	return err
+}
+
+// fenceLost fences an instance that lost its data (its identity), for every namespace this process
+// knows of.
+func (s *Store) fenceLost(in *instance, why string) error {
+	names := map[string]bool{}
+	for ns := range in.marks.Snapshot() {
+		names[ns] = true
+	}
+	for _, r := range s.set.Known() {
+		names[r.ns.Name] = true
+	}
+	list := make([]string, 0, len(names))
+	for ns := range names {
+		list = append(list, ns)
+	}
+	if len(list) == 0 {
+		list = []string{"NAMESPACE"}
+	}
+	return s.fence(in, list, []string{"it lost its data: " + why})
+}
+
+// Repair advances a fenced instance's counter for a namespace past the highest water mark the peers (and
+// this process) hold, plus a margin for leases issued after the last mark was written, then checks the
+// instance again. An instance that lost its data gets a new identity for its configured offset first
+// (every instance must answer), and the namespace is created on it above the mark. opts.Margin zero
+// sizes the margin from the lease rates recorded with the marks (see multi.RepairMargin). An instance
+// that is not fenced for the namespace is refused unless opts.Force. Run it only after checking why the
+// instance went back — it makes the instance serve again.
+func (s *Store) Repair(ctx context.Context, namespace, server string, opts allocator.RepairOptions) (allocator.RepairResult, error) {
+	if err := allocator.ValidateName(namespace); err != nil {
+		return allocator.RepairResult{}, err
+	}
+	if opts.Margin < 0 {
+		return allocator.RepairResult{}, fmt.Errorf("%w: margin %d must not be negative", allocator.ErrInvalidSettings, opts.Margin)
+	}
+	var in *instance
+	for _, c := range s.set.All() {
+		if c.Name() == server {
+			in = c
+		}
+	}
+	if in == nil {
+		return allocator.RepairResult{}, fmt.Errorf("no Redis instance named %q; the instances are %s", server, s.names())
+	}
+	if err := in.checkDurability(ctx); err != nil {
+		return allocator.RepairResult{}, err
+	}
+	self, err := in.describe(ctx)
+	if err != nil {
+		return allocator.RepairResult{}, err
+	}
+	_, claimErr := in.claim(ctx) // reads the peers' marks into the floors; says whether the data was lost
+	lost := self.identity["id"] == "" && errors.Is(claimErr, allocator.ErrFenced)
+	if claimErr != nil && !lost && !errors.Is(claimErr, errUnproven) {
+		return allocator.RepairResult{}, claimErr
+	}
+	s.readMarks(ctx)
+	w := in.marks.Get(namespace)
+	res := allocator.RepairResult{Server: in.Name(), Namespace: namespace, Watermark: w.Value, Holder: w.Holder}
+	cur, err := in.client.Get(ctx, s.keys.counter(namespace)).Int64()
+	missing := errors.Is(err, goredis.Nil)
+	if err != nil && !missing {
+		return res, fmt.Errorf("%s: %w", in.Name(), err)
+	}
+	switch {
+	case lost:
+		res.Fenced, res.Reason = true, "it lost its data: "+strings.TrimPrefix(claimErr.Error(), allocator.ErrFenced.Error()+": ")
+	case missing && w.Value > 0:
+		res.Fenced, res.Reason = true, fmt.Sprintf("namespace %q is gone but %s saw its counter at %d", namespace, w.Holder, w.Value)
+	case !missing && cur < w.Value:
+		res.Fenced, res.Reason = true, fmt.Sprintf("counter %d is below %d seen by %s", cur, w.Value, w.Holder)
+	}
+	if !missing {
+		res.Before = cur
+	}
+	if !res.Fenced && !opts.Force {
+		return res, fmt.Errorf("%w: %s is not fenced for namespace %q (its counter %d is at or above every water mark, the highest %d): there is nothing to repair. Check the instance name; to move the counter anyway, give --force",
+			allocator.ErrMisconfigured, in.Name(), namespace, res.Before, res.Watermark)
+	}
+	latest, err := s.set.Latest(ctx, namespace)
+	if err != nil {
+		return res, err
+	}
+	if lost {
+		if _, err := in.adopt(ctx); err != nil {
+			return res, err
+		}
+	}
+	res.Margin, res.MarginWhy = opts.Margin, "given"
+	if opts.Margin == 0 {
+		res.Margin, res.MarginWhy = multi.RepairMargin(s.peakRate(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
+	}
+	base := max(res.Watermark, res.Before)
+	target, ok := multi.FirstAtLeast(base+min(res.Margin, 1<<62), s.cfg.Stride, in.offset)
+	if !ok || base > 1<<62 {
+		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, in.Name())
+	}
+	if missing {
+		if _, err := in.create(ctx, latest, target); err != nil {
+			return res, err
+		}
+	}
+	if err := raiseCounterScript.Run(ctx, in.client, []string{s.keys.counter(namespace)}, strconv.FormatInt(target, 10)).Err(); err != nil {
+		return res, fmt.Errorf("%s: %w", in.Name(), err)
+	}
+	if res.After, err = in.client.Get(ctx, s.keys.counter(namespace)).Int64(); err != nil {
+		return res, fmt.Errorf("%s: %w", in.Name(), err)
+	}
+	res.Margin = res.After - base
+	in.marks.Observe(namespace, res.After, "ticketd repair")
+	s.cfg.Logger.Warn("Redis instance repaired", "server", in.Name(), "namespace", namespace, "before", res.Before,
+		"watermark", res.Watermark, "margin", res.Margin, "after", res.After, "why", res.MarginWhy)
+	if !in.Usable() {
+		if err := in.Revive(ctx); err != nil && !errors.Is(err, allocator.ErrFenced) {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// peakRate is the highest lease rate any peer recorded for the instance's namespace.
+func (s *Store) peakRate(ctx context.Context, in *instance, namespace string) int64 {
+	var peak int64
+	field := strconv.FormatInt(in.offset, 10) + ":" + namespace
+	for _, p := range s.set.All() {
+		if p == in {
+			continue
+		}
+		if r, err := p.client.HGet(ctx, s.keys.rates(), field).Int64(); err == nil {
+			peak = max(peak, r)
+		}
+	}
+	return peak
+}
+
+var _ allocator.Repairer = (*Store)(nil)

@@ -1,0 +1,175 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+)
+
+// TestSwappedOrderWhileOneIsDown: process 1 lists X,Y while Y is down; later process 2 lists Y,X while
+// X is down. Each would take offset 1 on the instance it can reach and both would issue 1, 3, 5…
+// Neither may serve an offset it cannot prove its own; once both instances have met, the swapped order
+// is refused outright, also while X is down.
+func TestSwappedOrderWhileOneIsDown(t *testing.T) {
+	f := newFleet(t)
+	ctx := context.Background()
+	x, y := f.pair[0], f.pair[1]
+	var blocks []allocator.Block
+	leaseAll := func(s *Store) {
+		t.Helper()
+		if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil && !errors.Is(err, allocator.ErrExists) {
+			t.Fatal(err)
+		}
+		for range 10 {
+			b, err := s.Lease(ctx, "orders", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks = append(blocks, b)
+		}
+	}
+	unproven := func(s *Store, err error, down string) {
+		t.Helper()
+		if err == nil {
+			leaseAll(s)
+			s.Close()
+			return
+		}
+		if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), "cannot prove offset 1") || !strings.Contains(err.Error(), down) {
+			t.Fatalf("Open: %v; want no instance usable, saying the offset cannot be proven while %s is down", err, down)
+		}
+	}
+
+	if err := y.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s1, err := Open(ctx, f.cfg) // X, Y
+	unproven(s1, err, y.Addr())
+	if err := x.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	swapped := f.cfg
+	swapped.Addrs = []string{y.Addr(), x.Addr()}
+	s2, err := Open(ctx, swapped) // Y, X
+	unproven(s2, err, x.Addr())
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both up: the configured order claims X=1, Y=2, and serves.
+	if err := x.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s3 := openStore(t, f.cfg)
+	leaseAll(s3)
+	s3.Close()
+	// The swapped order is refused, with both up and with X down.
+	for _, down := range []bool{false, true} {
+		if down {
+			if err := x.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := Open(ctx, swapped)
+		if err == nil {
+			s.Close()
+			t.Fatalf("swapped order opened (X down: %v)", down)
+		}
+		if !errors.Is(err, allocator.ErrMisconfigured) || !strings.Contains(err.Error(), "serves offset 2 of stride 2") {
+			t.Fatalf("swapped order (X down: %v): %v", down, err)
+		}
+	}
+	// Y alone, in the configured order, serves: its claim was proven while both were up.
+	s4 := openStore(t, f.cfg)
+	for range 5 {
+		b, err := s4.Lease(ctx, "orders", 10)
+		if err != nil || b.Server != y.Addr() || b.Start%2 != 0 {
+			t.Fatalf("Y alone: %v, %v", b, err)
+		}
+		blocks = append(blocks, b)
+	}
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartedEmptyOrFromAnOldFile: Y restarts with its append-only files gone, and later from an old
+// copy of them. Each time a process that leased from Y, and a new one, refuse it and report it fenced
+// with the reason, and X serves; a repair makes Y serve above everything it issued.
+func TestRestartedEmptyOrFromAnOldFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lost bool
+	}{{"empty", true}, {"old files", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t)
+			ctx := context.Background()
+			nameX, nameY := f.Name(0), f.Name(1)
+			p1 := openStore(t, f.cfg)
+			if _, err := p1.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+				t.Fatal(err)
+			}
+			var blocks []allocator.Block
+			lease := func(p *Store, n int) {
+				t.Helper()
+				for range n {
+					b, err := p.LeaseFrom(ctx, "orders", 100, nameY)
+					if err != nil {
+						t.Fatal(err)
+					}
+					blocks = append(blocks, b)
+				}
+			}
+			lease(p1, 5)
+			old, err := f.copyAOF(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease(p1, 20) // Y (back from the copy) issues IDs the copy does not know of
+			p0 := openStore(t, f.cfg)
+			lease(p0, 5)
+			p0.Close() // its water marks reach X
+			highestY := allocatortest.Highest(blocks, nameY)
+			from := old
+			if tc.lost {
+				from = ""
+			}
+			if err := f.restartFrom(ctx, 1, from); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []*Store{p1, openStore(t, f.cfg)} {
+				b, err := p.LeaseFrom(ctx, "orders", 100, nameY)
+				if err != nil || b.Server != nameX {
+					t.Fatalf("lease preferring Y after it went back: %v, %v; want a block from X", b, err)
+				}
+				blocks = append(blocks, b)
+				h := allocatortest.FencedHealth(t, p, nameY)
+				if tc.lost && !strings.Contains(h.Error, "lost its data") {
+					t.Fatalf("Y lost its data but health says %q", h.Error)
+				}
+			}
+			res, err := p1.Repair(ctx, "orders", nameY, allocator.RepairOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Fenced || res.After <= highestY {
+				t.Fatalf("repair %+v; Y had issued up to %d", res, highestY)
+			}
+			b := allocatortest.LeaseUntil(t, nameY, func() (allocator.Block, error) { return p1.LeaseFrom(ctx, "orders", 100, nameY) })
+			if last := b[len(b)-1]; last.Start <= highestY || last.Start%2 != 0 {
+				t.Fatalf("after the repair Y leased %v; want even IDs above %d", last, highestY)
+			}
+			blocks = append(blocks, b...)
+			if err := allocatortest.CheckDisjoint(blocks); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

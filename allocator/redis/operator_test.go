@@ -1,0 +1,127 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// fleet is two private Redis instances, and the configuration every process of a test opens them with.
+type fleet struct {
+	t    *testing.T
+	pair [2]*testservers.Redis
+	cfg  Config
+}
+
+func newFleet(t *testing.T) *fleet {
+	pair := privatePair(t)
+	return &fleet{t: t, pair: pair, cfg: testConfig(pair[0].Addr(), pair[1].Addr())}
+}
+
+func (f *fleet) Open(t *testing.T) allocator.Backend { return openStore(t, f.cfg) }
+
+func (f *fleet) Name(i int) string { return f.pair[i].Addr() }
+
+func (f *fleet) Stop(i int) error { return f.pair[i].Kill() }
+
+func (f *fleet) Start(ctx context.Context, i int) error { return f.pair[i].Start(ctx) }
+
+// keysOf returns every key of the fleet's prefix on instance i.
+func (f *fleet) keysOf(ctx context.Context, c *goredis.Client) ([]string, error) {
+	var out []string
+	iter := c.Scan(ctx, 0, f.cfg.KeyPrefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		out = append(out, iter.Val())
+	}
+	return out, iter.Err()
+}
+
+// Backup DUMPs every key of the prefix on instance i; restore puts the dataset back as it was — keys
+// RESTOREd, keys made since deleted — into the running instance.
+func (f *fleet) Backup(ctx context.Context, i int) (func(context.Context) error, error) {
+	c := rawClient(f.t, f.pair[i].Addr())
+	keys, err := f.keysOf(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	dump := map[string]string{}
+	for _, k := range keys {
+		v, err := c.Dump(ctx, k).Result()
+		if err != nil {
+			return nil, err
+		}
+		dump[k] = v
+	}
+	return func(ctx context.Context) error {
+		now, err := f.keysOf(ctx, c)
+		if err != nil {
+			return err
+		}
+		pipe := c.TxPipeline()
+		for _, k := range now {
+			if _, ok := dump[k]; !ok {
+				pipe.Del(ctx, k)
+			}
+		}
+		for k, v := range dump {
+			pipe.RestoreReplace(ctx, k, 0, v)
+		}
+		_, err = pipe.Exec(ctx)
+		return err
+	}, nil
+}
+
+// Wipe deletes every key of the prefix on the running instance i.
+func (f *fleet) Wipe(ctx context.Context, i int) error {
+	c := rawClient(f.t, f.pair[i].Addr())
+	keys, err := f.keysOf(ctx, c)
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	return c.Del(ctx, keys...).Err()
+}
+
+// restartFrom stops instance i and starts it on the append-only files in dir (a copy taken earlier),
+// or on none when dir is empty: an instance restarted from an old backup, or one that lost its disk.
+func (f *fleet) restartFrom(ctx context.Context, i int, dir string) error {
+	r := f.pair[i]
+	if err := r.Kill(); err != nil {
+		return err
+	}
+	aof := filepath.Join(r.Dir(), "appendonlydir")
+	if err := os.RemoveAll(aof); err != nil {
+		return err
+	}
+	if dir != "" {
+		if out, err := exec.Command("cp", "-a", dir, aof).CombinedOutput(); err != nil {
+			return fmt.Errorf("cp: %v: %s", err, out)
+		}
+	}
+	return r.Start(ctx)
+}
+
+// copyAOF takes a cold copy of instance i's append-only files (stopping and restarting it).
+func (f *fleet) copyAOF(ctx context.Context, i int) (string, error) {
+	r := f.pair[i]
+	if err := r.Kill(); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(f.t.TempDir(), "aof")
+	if out, err := exec.Command("cp", "-a", filepath.Join(r.Dir(), "appendonlydir"), dst).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cp: %v: %s", err, out)
+	}
+	return dst, r.Start(ctx)
+}
+
+func TestOperatorFaults(t *testing.T) {
+	allocatortest.RunOperatorFaults(t, func(t *testing.T) allocatortest.Fleet { return newFleet(t) })
+}
