@@ -135,6 +135,12 @@ func (b *backendFlags) mysqlConfig(logger *slog.Logger, obs allocator.Observer) 
 		Migrate: b.migrate, Logger: logger, Observer: obs}
 }
 
+// redisConfig is the Redis store's configuration from the flags.
+func (b *backendFlags) redisConfig(logger *slog.Logger, obs allocator.Observer) redis.Config {
+	return redis.Config{Addrs: splitList(b.redis), AllowVolatile: b.allowVolatile,
+		Timeout: b.timeout, AttemptTimeout: b.attemptTimeout, Logger: logger, Observer: obs}
+}
+
 // open opens the chosen backend and registers it to be closed with m.
 func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, obs allocator.Observer) (allocator.Backend, error) {
 	if err := b.validate(); err != nil {
@@ -151,8 +157,7 @@ func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, o
 		be = p
 	case "redis":
 		redis.RouteClientLogs(logger)
-		s, err := redis.Open(ctx, redis.Config{Addrs: splitList(b.redis), AllowVolatile: b.allowVolatile,
-			Timeout: b.timeout, AttemptTimeout: b.attemptTimeout, Logger: logger, Observer: obs})
+		s, err := redis.Open(ctx, b.redisConfig(logger, obs))
 		if err != nil {
 			return nil, err
 		}

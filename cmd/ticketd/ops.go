@@ -10,13 +10,15 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/api"
 )
 
 func init() {
 	register(commandInfo{name: "doctor",
-		summary: "Check every configured ticket server and print what is wrong and how to fix it. " +
-			"Reachability, version, auto_increment increment and offset (pairwise distinct), durability settings, schema, each namespace's row and step/offset, counters against the peers' water marks; exits 1 on any problem.",
+		summary: "Check every configured ticket server and print what is wrong and how to fix it; exits 1 on any problem. " +
+			"MySQL: reachability, version, auto_increment increment and offset (pairwise distinct), durability settings, schema, each namespace's row and step/offset, counters against the peers' water marks. " +
+			"Redis: reachability, version, persistence and eviction settings, each instance's offset claim against the configuration and the peers' records, counters against the peers' water marks.",
 		new: func() command { return &doctorCmd{} }})
 	register(commandInfo{name: "namespace adopt", args: "NAME --flickr-table TABLE",
 		summary: "Create a namespace that starts above every ID a running Flickr ticket table has issued. " +
@@ -32,16 +34,41 @@ func (c *doctorCmd) run(ctx context.Context, m *Main, args []string) error {
 	if len(args) != 0 {
 		return usagef("doctor takes no arguments")
 	}
-	if c.mysql == "" {
-		return usagef("doctor checks ticket servers: give --mysql (the embedded store needs no checks)")
-	}
 	if err := c.validate(); err != nil {
 		return err
 	}
-	d, err := mysql.Diagnose(ctx, c.mysqlConfig(m.logger(), nil))
-	if err != nil {
-		return err
+	var problems []string
+	switch c.kind() {
+	case "mysql":
+		d, err := mysql.Diagnose(ctx, c.mysqlConfig(m.logger(), nil))
+		if err != nil {
+			return err
+		}
+		printMySQLDiagnosis(m, d)
+		problems = d.Problems
+	case "redis":
+		d, err := redis.Diagnose(ctx, c.redisConfig(m.logger(), nil))
+		if err != nil {
+			return err
+		}
+		printRedisDiagnosis(m, d)
+		problems = d.Problems
+	default:
+		return usagef("doctor checks ticket servers: give --mysql or --redis (the embedded store needs no checks)")
 	}
+	if len(problems) == 0 {
+		fmt.Fprintln(m.Stdout, "\nno problem found")
+		return nil
+	}
+	fmt.Fprintln(m.Stdout)
+	for _, p := range problems {
+		fmt.Fprintf(m.Stdout, "\nPROBLEM: %s", p)
+	}
+	fmt.Fprintln(m.Stdout)
+	return fmt.Errorf("doctor found %d problem(s); each says how to fix it above", len(problems))
+}
+
+func printMySQLDiagnosis(m *Main, d mysql.Diagnosis) {
 	w := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SERVER\tREACHABLE\tVERSION\tINCREMENT\tOFFSET\tFLUSH_AT_COMMIT\tBINLOG\tSYNC_BINLOG\tSCHEMA")
 	for _, s := range d.Servers {
@@ -61,27 +88,49 @@ func (c *doctorCmd) run(ctx context.Context, m *Main, args []string) error {
 			if n.Present {
 				row, so, next = "yes", fmt.Sprintf("%d/%d", n.Step, n.Offset), fmt.Sprint(n.Next)
 			}
-			mark := "-"
-			if n.Watermark > 0 {
-				mark = fmt.Sprintf("%d (%s)", n.Watermark, n.Holder)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Namespace, n.Server, row, so, next, mark, n.Status)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Namespace, n.Server, row, so, next, markCell(n.Watermark, n.Holder), n.Status)
 		}
 		w.Flush()
 	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(m.Stdout, "\nnote: %s", n)
 	}
-	if d.OK() {
-		fmt.Fprintln(m.Stdout, "\nno problem found")
-		return nil
+}
+
+func printRedisDiagnosis(m *Main, d redis.Diagnosis) {
+	w := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "INSTANCE\tREACHABLE\tVERSION\tAPPENDONLY\tAPPENDFSYNC\tMAXMEMORY_POLICY\tOFFSET/STRIDE\tCLAIM")
+	for _, s := range d.Instances {
+		if !s.Reachable {
+			fmt.Fprintf(w, "%s\tno\t-\t-\t-\t-\t%d/%d\t-\n", s.Name, s.Offset, s.Stride)
+			continue
+		}
+		fmt.Fprintf(w, "%s\tyes\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", s.Name, s.Version, s.AppendOnly, s.AppendFsync, s.Eviction, s.Offset, s.Stride, s.Claim)
 	}
-	fmt.Fprintln(m.Stdout)
-	for _, p := range d.Problems {
-		fmt.Fprintf(m.Stdout, "\nPROBLEM: %s", p)
+	w.Flush()
+	if len(d.Namespaces) > 0 {
+		fmt.Fprintln(m.Stdout)
+		w = tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "NAMESPACE\tINSTANCE\tNEXT\tPEER_WATER_MARK\tSTATUS")
+		for _, n := range d.Namespaces {
+			next := "-"
+			if n.Present {
+				next = fmt.Sprint(n.Next)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Namespace, n.Instance, next, markCell(n.Watermark, n.Holder), n.Status)
+		}
+		w.Flush()
 	}
-	fmt.Fprintln(m.Stdout)
-	return fmt.Errorf("doctor found %d problem(s); each says how to fix it above", len(d.Problems))
+	for _, n := range d.Notes {
+		fmt.Fprintf(m.Stdout, "\nnote: %s", n)
+	}
+}
+
+func markCell(v int64, holder string) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d (%s)", v, holder)
 }
 
 func onOff(b bool) string {

@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
 )
 
 func TestDoctorOnAHealthyPair(t *testing.T) {
@@ -117,5 +122,80 @@ func TestAdoptAFlickrTable(t *testing.T) {
 		if b.Start <= highest {
 			t.Fatalf("block %v after adoption is not above the highest ticket %d", b, highest)
 		}
+	}
+}
+
+// TestDoctorAndRepairOnRedis: on two healthy instances doctor finds nothing and shows each claim; after
+// one instance restarts with its files gone it names the lost data and the repair; repair (which needs
+// no --force: the instance is fenced) makes it serve above every ID it issued, and doctor is clean again.
+func TestDoctorAndRepairOnRedis(t *testing.T) {
+	x := testenv.PrivateRedis(t, testservers.RedisOptions{})
+	y := testenv.PrivateRedis(t, testservers.RedisOptions{})
+	env := map[string]string{"TICKETD_REDIS": x.Addr() + "," + y.Addr()}
+	if _, errOut, code := run(t, env, "namespace", "create", "orders"); code != 0 {
+		t.Fatal(errOut)
+	}
+	var highest int64
+	for range 6 {
+		out, errOut, code := run(t, env, "lease", "orders", "-n", "100")
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		b, err := decodeBlock(t, out).ToBlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, _ := b.Last(); b.Server == y.Addr() {
+			highest = max(highest, last)
+		}
+	}
+	if highest == 0 {
+		t.Fatal("nothing leased from the second instance")
+	}
+	out, errOut, code := run(t, env, "doctor")
+	if code != 0 || !strings.Contains(out, "no problem found") {
+		t.Fatalf("doctor on healthy instances: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"APPENDFSYNC", "always", x.Addr(), y.Addr(), "1/2", "2/2", "orders"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// The second instance loses its files.
+	if err := y.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(y.Dir(), "appendonlydir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = run(t, env, "doctor")
+	if code != 1 {
+		t.Fatalf("doctor exit %d after the instance lost its data, want 1\n%s", code, out)
+	}
+	for _, want := range []string{"PROBLEM: " + y.Addr() + " has no identity", "it lost its data", "ticketd repair NAMESPACE --server " + y.Addr(), "fenced: gone below water mark"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	out, errOut, code = run(t, env, "repair", "orders", "--server", y.Addr())
+	if code != 0 {
+		t.Fatalf("repair: %d %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "was fenced for orders: it lost its data") || !strings.Contains(errOut, "margin") {
+		t.Errorf("repair's report: %s", errOut)
+	}
+	var res allocator.RepairResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.After <= highest || res.After%2 != 0 {
+		t.Fatalf("repair %+v; the instance had issued up to %d", res, highest)
+	}
+	if out, errOut, code := run(t, env, "doctor"); code != 0 {
+		t.Fatalf("doctor after the repair: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
