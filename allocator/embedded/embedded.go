@@ -34,7 +34,8 @@ type Config struct {
 	// LockTimeout is how long Open waits for another process to release the file. Default 1s.
 	LockTimeout time.Duration
 
-	now func() time.Time
+	now     func() time.Time
+	syncDir func(dir string) error
 }
 
 // Store is the embedded backend: stride 1, one file, fsync before a lease returns. Safe for concurrent
@@ -78,10 +79,16 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
+	if cfg.syncDir == nil {
+		cfg.syncDir = syncDir
+	}
+	created := newDirs(cfg.Dir)
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: data directory: %w", err)
 	}
 	path := filepath.Join(cfg.Dir, FileName)
+	_, statErr := os.Stat(path)
+	newFile := errors.Is(statErr, os.ErrNotExist)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.LockTimeout})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("embedded: %s is locked by another process (another ticketd?); stop it or use another --data-dir", path)
@@ -95,6 +102,21 @@ func Open(cfg Config) (*Store, error) {
 	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("embedded: init %s: %w", path, err)
+	}
+	// bbolt syncs the file, not the directory entries that name it and the directories made for it: a
+	// crash soon after the first lease could otherwise leave no file at all, and the counters would
+	// start again from the beginning.
+	if newFile {
+		dirs := []string{cfg.Dir}
+		for _, d := range created {
+			dirs = append(dirs, filepath.Dir(d))
+		}
+		for _, d := range dirs {
+			if err := cfg.syncDir(d); err != nil {
+				db.Close()
+				return nil, fmt.Errorf("embedded: sync %s: %w", d, err)
+			}
+		}
 	}
 	return &Store{db: db, path: path, now: cfg.now}, nil
 }
@@ -266,4 +288,30 @@ func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
+}
+
+// newDirs lists the directories MkdirAll(dir) would create, deepest first.
+func newDirs(dir string) []string {
+	var out []string
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Stat(d); err == nil {
+			return out
+		}
+		out = append(out, d)
+		parent := filepath.Dir(d)
+		if parent == d {
+			return out
+		}
+		d = parent
+	}
+}
+
+// syncDir flushes a directory's entries to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

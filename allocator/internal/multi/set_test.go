@@ -284,3 +284,66 @@ func TestReviveToRead(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownSettings: the newest copy of a namespace's settings this process has read is kept after
+// the servers holding it are gone; a server that answers with an older copy (it missed the change)
+// does not win over it, and a server that lost the namespace does not make it unknown.
+func TestKnownSettings(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	ctx := context.Background()
+	newer := fakeRecord{allocator.Namespace{Name: "late", BlockSize: 20, Start: 1_000_000}, 9}
+	fx.servers[0].records["late"] = newer
+	if r, err := fx.set.Latest(ctx, "late"); err != nil || r.updated != 9 || r.ns.BlockSize != 20 {
+		t.Fatalf("Latest: %+v, %v", r, err)
+	}
+	// s1 goes away with the change; s2 answers with the copy it had before the change.
+	fx.servers[0].MarkDown(errors.New("gone"))
+	fx.servers[1].records["late"] = fakeRecord{allocator.Namespace{Name: "late", BlockSize: 10, Start: 1}, 3}
+	if r, err := fx.set.Latest(ctx, "late"); err != nil || r.updated != 9 || r.ns.BlockSize != 20 {
+		t.Fatalf("Latest with only the older copy reachable: %+v, %v; want the newer one this process read", r, err)
+	}
+	delete(fx.servers[1].records, "late")
+	if r, err := fx.set.Latest(ctx, "late"); err != nil || r.updated != 9 || r.ns.BlockSize != 20 {
+		t.Fatalf("Latest with the namespace lost on the server that answers: %+v, %v", r, err)
+	}
+	if known := fx.set.Known(); len(known) != 1 || known[0].updated != 9 {
+		t.Fatalf("Known = %+v", known)
+	}
+	if _, err := fx.set.Latest(ctx, "never"); !errors.Is(err, allocator.ErrNotFound) {
+		t.Fatalf("Latest of a namespace nobody knows: %v", err)
+	}
+}
+
+// TestNoServerUsableSaysWhy: a call that tries no server says why each was left out.
+func TestNoServerUsableSaysWhy(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	fx.servers[0].MarkDown(errors.New("connection refused"))
+	fx.servers[1].MarkDown(errors.New("fenced: restored"))
+	_, err := fx.set.Latest(context.Background(), "orders")
+	if !errors.Is(err, allocator.ErrUnavailable) || strings.Contains(err.Error(), "%!") ||
+		!strings.Contains(err.Error(), "no ticket server was usable") || !strings.Contains(err.Error(), "s1: connection refused") ||
+		!strings.Contains(err.Error(), "s2: fenced: restored") {
+		t.Fatalf("Latest with no server usable: %v", err)
+	}
+}
+
+// TestEveryRunsOnKick: the returned kick runs the job soon, without waiting for the interval; after
+// Close it runs nothing and does not block.
+func TestEveryRunsOnKick(t *testing.T) {
+	fx := newFixture(t, 1, nil)
+	runs := make(chan struct{}, 10)
+	kick := fx.set.Every(time.Hour, func() { runs <- struct{}{} })
+	kick()
+	select {
+	case <-runs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a kick did not run the job")
+	}
+	fx.set.Close(func() {})
+	kick() // after Close: nothing runs, nothing blocks
+	select {
+	case <-runs:
+		t.Fatal("the job ran after Close")
+	default:
+	}
+}
