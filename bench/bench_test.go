@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,24 +176,41 @@ func TestClosedAndOpenLoopCountWhatHappened(t *testing.T) {
 // A server slower than the send rate shows in open-loop latency as queueing behind the intended send
 // times, not as a slower sender.
 func TestOpenLoopCountsQueueingDelay(t *testing.T) {
-	var server sync.Mutex // one request at a time, 2ms each: 500/s at most
-	op := func(ctx context.Context) (int64, error) {
-		server.Lock()
-		defer server.Unlock()
-		time.Sleep(2 * time.Millisecond)
-		return 1, nil
+	// A server that answers nothing until all 200 requests of the open loop have reached it, then
+	// everything at once. Request i was due at i ms (1000/s) and is answered after request 199 was
+	// sent, no earlier than 199 ms: from its due time it waited at least (199-i) ms. Those bounds hold
+	// however slow or busy the machine is: the loop never sends a request before it is due (50µs at
+	// most), and lateness only adds.
+	const n = 200
+	var arrived atomic.Int64
+	gate := make(chan struct{})
+	gated := func(ctx context.Context) (int64, error) {
+		if arrived.Add(1) == n {
+			close(gate)
+		}
+		select {
+		case <-gate:
+			return 1, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 	opts := Options{}.withDefaults()
-	row := openLoop(context.Background(), opts, "slow", op, 1000, 100*time.Millisecond, 1000)
-	if row.Ops != 100 {
-		t.Fatalf("sent %d, want 100", row.Ops)
+	row := openLoop(context.Background(), opts, "gated", gated, 1000, n*time.Millisecond, n)
+	if row.Ops != n || row.Errors != 0 {
+		t.Fatalf("sent %d with %d errors, want %d without", row.Ops, row.Errors, n)
 	}
-	// The 100th request was due at 99ms and served after 100 × 2ms: about 100ms late.
-	if row.MaxMs < 60 || row.P99ms < 40 {
-		t.Fatalf("queueing does not show: %+v", row)
+	// The slowest waited for all the others to be due; the 99th percentile (the second slowest) for
+	// all but one.
+	if row.MaxMs < float64(n-1)-0.1 || row.P99ms < float64(n-2)-0.1 {
+		t.Fatalf("queueing does not show: max %.1fms, p99 %.1fms; want at least %d and %d", row.MaxMs, row.P99ms, n-1, n-2)
 	}
-	closed := closedLoop(context.Background(), opts, "slow", op, 1, 100*time.Millisecond, 1000)
-	if closed.P99ms > row.P99ms/4 {
-		t.Fatalf("one closed-loop client sees the service time only: p99 %.1fms vs open %.1fms", closed.P99ms, row.P99ms)
+	// A closed loop measures from when each request is sent: one client over a server that answers at
+	// once sees only the service time. (Its requests run one after another, so for its p99 to reach a
+	// quarter of the open loop's, ten of its 1,000 requests would each have to stall for ~50ms.)
+	instant := func(context.Context) (int64, error) { return 1, nil }
+	closed := closedLoop(context.Background(), opts, "instant", instant, 1, 30*time.Second, 1000)
+	if closed.Ops != 1000 || closed.P99ms > row.P99ms/4 {
+		t.Fatalf("one closed-loop client sees the service time only: %d requests, p99 %.1fms vs open %.1fms", closed.Ops, closed.P99ms, row.P99ms)
 	}
 }

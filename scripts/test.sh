@@ -9,22 +9,37 @@ if [ -z "${TICKETD_TEST_PIDS:-}" ]; then
   exec scripts/with-servers.sh "$0" "$@"
 fi
 
+# Every stage runs, also after one fails: a failing test must not hide a failing fuzz target or a
+# duplicate in the chaos run. The script fails at the end, naming the stages that failed.
+failed=()
+stage() {
+  local name=$1
+  shift
+  echo "test.sh: $name" >&2
+  if ! "$@"; then
+    failed+=("$name")
+  fi
+}
+
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
   echo "test.sh: gofmt needed on: $unformatted" >&2
-  exit 1
+  failed+=(gofmt)
 fi
-go vet ./...
+stage vet go vet ./...
 # Files for people to look at (such as the status page's screenshot) land here, not in a temp dir.
 export TICKETD_ARTIFACTS="${TICKETD_ARTIFACTS:-$PWD/test-artifacts}"
 mkdir -p "$TICKETD_ARTIFACTS"
-go test -race -count=1 -timeout 45m "$@" ./...
-# Every fuzz target, briefly, on top of its kept corpus (testdata/fuzz).
+stage "go test" go test -race -count=1 -timeout 45m "$@" ./...
 if (($# == 0)); then
-  scripts/fuzz.sh "${TICKETD_FUZZTIME:-10s}"
+  # Every fuzz target, briefly, on top of its kept corpus (testdata/fuzz).
+  stage fuzz scripts/fuzz.sh "${TICKETD_FUZZTIME:-10s}"
+  # The chaos run, short form: ≥1M IDs through two replicas while servers are killed, restored and
+  # reconfigured and the network misbehaves; it exits non-zero on any duplicate or parity violation.
+  stage chaos go run ./cmd/ticketd chaos --duration "${TICKETD_CHAOS_DURATION:-60s}" --min-ids 1000000
 fi
-# The chaos run, short form: ≥1M IDs through two replicas while servers are killed and the network
-# misbehaves; it exits non-zero on any duplicate or parity violation.
-if (($# == 0)); then
-  go run ./cmd/ticketd chaos --duration "${TICKETD_CHAOS_DURATION:-60s}" --min-ids 1000000
+if ((${#failed[@]})); then
+  echo "test.sh: FAILED: ${failed[*]}" >&2
+  exit 1
 fi
+echo "test.sh: every stage passed" >&2
