@@ -148,7 +148,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 			failed[i] = err
 			switch {
 			case err == nil:
-			case errors.Is(err, allocator.ErrMisconfigured) && pass == 0 && !isSchemaProblem(err):
+			case errors.Is(err, allocator.ErrMisconfigured) && pass == 0 && !errors.As(err, new(schemaError)):
 				p.closeDBs()
 				return nil, err
 			case errors.Is(err, allocator.ErrFenced), errors.Is(err, allocator.ErrMisconfigured):
@@ -175,10 +175,6 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	p.kickGuard = p.set.Every(p.cfg.WatermarkInterval, p.guard)
 	return p, nil
 }
-
-// isSchemaProblem reports whether a refusal is about a server's schema (missing or behind), which an
-// operator fixes with `ticketd migrate` while the other servers serve.
-func isSchemaProblem(err error) bool { return strings.Contains(err.Error(), "ticketd migrate") }
 
 func (p *Pair) names() string { return strings.Join(p.set.Names(), ", ") }
 

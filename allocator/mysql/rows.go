@@ -39,9 +39,6 @@ func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
 func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
 	rows, err := s.ctl.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name")
 	if err != nil {
-		if isNoSuchTable(err) {
-			return nil, &missingSchemaError{err}
-		}
 		return nil, err
 	}
 	defer rows.Close()

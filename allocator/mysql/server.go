@@ -254,7 +254,7 @@ func (s *server) checkSchema(ctx context.Context) error {
 		return nil
 	}
 	s.NoteError(err)
-	return err
+	return schemaError{err}
 }
 
 // catchUp brings the server's rows up to the newest settings of every namespace, as the servers in
@@ -305,10 +305,11 @@ func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, 
 	return nil
 }
 
-type missingSchemaError struct{ err error }
+// schemaError is a refusal of a server whose schema is missing or behind: an operator fixes it with
+// `ticketd migrate` while the other servers serve.
+type schemaError struct{ error }
 
-func (e *missingSchemaError) Error() string { return e.err.Error() }
-func (e *missingSchemaError) Unwrap() error { return e.err }
+func (e schemaError) Unwrap() error { return e.error }
 
 func isNoSuchTable(err error) bool {
 	var me *mysql.MySQLError
