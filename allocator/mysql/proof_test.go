@@ -260,3 +260,28 @@ func TestRollbackWithinTheMarkInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSettingChangedOnARunningServer: innodb_flush_log_at_trx_commit set to 2 on B while it serves takes
+// B out of rotation within a water-mark interval, with the reason, although its connections stay open;
+// set back, B serves again.
+func TestSettingChangedOnARunningServer(t *testing.T) {
+	f := newFleet(t, nil)
+	p := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond })
+	ctx := context.Background()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	nameA, nameB := p.Servers()[0], p.Servers()[1]
+	testenv.Exec(t, f.pair[1].DSN(""), "SET GLOBAL innodb_flush_log_at_trx_commit = 2")
+	waitFor(t, "B out of rotation", func() bool {
+		h := healthOf(p, nameB)
+		return !h.Healthy && strings.Contains(h.Error, "innodb_flush_log_at_trx_commit is 2")
+	})
+	for range 5 {
+		if b, err := p.LeaseFrom(ctx, "orders", 10, nameB); err != nil || b.Server != nameA {
+			t.Fatalf("lease preferring B while its setting is wrong: %v, %v", b, err)
+		}
+	}
+	testenv.Exec(t, f.pair[1].DSN(""), "SET GLOBAL innodb_flush_log_at_trx_commit = 1")
+	allocatortest.LeaseUntil(t, nameB, func() (allocator.Block, error) { return p.LeaseFrom(ctx, "orders", 10, nameB) })
+}

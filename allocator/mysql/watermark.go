@@ -70,8 +70,8 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 }
 
 // guard runs every WatermarkInterval, and at once when a server is fenced: it writes the marks to the
-// peers, reads theirs back into the floors, and fences a server in rotation whose counters went below
-// them — also when no lease is asking.
+// peers, reads theirs back into the floors, takes out of rotation a server whose settings changed
+// while it served, and fences one whose counters went below the floors — also when no lease is asking.
 func (p *Pair) guard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.AttemptTimeout)
 	defer cancel()
@@ -81,6 +81,19 @@ func (p *Pair) guard() {
 	for _, s := range p.set.All() {
 		v := s.view()
 		if v == nil || !s.Usable() {
+			continue
+		}
+		// A setting changed on the running server takes it out of rotation until it is checked again
+		// in full (its revival), without waiting for a new connection.
+		now, err := s.inspect(ctx)
+		if err == nil && now != *v {
+			err = fmt.Errorf("%s's settings changed while it served (auto_increment_increment %d, offset %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d, now %d, %d, %d, %d): checking it again",
+				s.Name(), v.increment, v.offset, v.flushAtCommit, v.syncBinlog, now.increment, now.offset, now.flushAtCommit, now.syncBinlog)
+		}
+		if err != nil {
+			if errors.Is(err, allocator.ErrMisconfigured) || now != *v {
+				s.MarkDown(err)
+			}
 			continue
 		}
 		if err := p.checkFence(ctx, s, *v, p.peerMarks(ctx, s, v.offset)); errors.Is(err, allocator.ErrFenced) {

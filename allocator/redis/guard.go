@@ -96,8 +96,9 @@ func (s *Store) readMarks(ctx context.Context) {
 }
 
 // guard runs every WatermarkInterval, and at once when an instance is fenced: it writes the marks to the
-// peers, reads theirs back into the floors, and fences an instance in rotation whose counters went
-// below them — also when no lease is asking.
+// peers, reads theirs back into the floors, takes out of rotation an instance whose persistence was
+// switched off while it served, and fences one whose counters went below the floors — also when no
+// lease is asking.
 func (s *Store) guard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
 	defer cancel()
@@ -107,6 +108,11 @@ func (s *Store) guard() {
 	s.readMarks(ctx)
 	for _, in := range s.set.All() {
 		if !in.Usable() {
+			continue
+		}
+		// Persistence switched off on the running instance takes it out of rotation.
+		if err := in.checkDurability(ctx); errors.Is(err, allocator.ErrMisconfigured) {
+			in.MarkDown(err)
 			continue
 		}
 		if err := s.checkFence(ctx, in); errors.Is(err, allocator.ErrFenced) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
@@ -172,4 +173,41 @@ func TestRestartedEmptyOrFromAnOldFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPersistenceSwitchedOffWhileServing: appendfsync set to everysec on Y while it serves takes Y out
+// of rotation within a water-mark interval, with the reason; set back, Y serves again.
+func TestPersistenceSwitchedOffWhileServing(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.WatermarkInterval = 50 * time.Millisecond
+	s := openStore(t, f.cfg)
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	nameX, nameY := f.Name(0), f.Name(1)
+	raw := rawClient(t, nameY)
+	if err := raw.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := s.Health()[1]
+		if !h.Healthy && strings.Contains(h.Error, `appendfsync is "everysec"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Y still %+v", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 5 {
+		if b, err := s.LeaseFrom(ctx, "orders", 10, nameY); err != nil || b.Server != nameX {
+			t.Fatalf("lease preferring Y while it can lose writes: %v, %v", b, err)
+		}
+	}
+	if err := raw.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+		t.Fatal(err)
+	}
+	allocatortest.LeaseUntil(t, nameY, func() (allocator.Block, error) { return s.LeaseFrom(ctx, "orders", 10, nameY) })
 }
