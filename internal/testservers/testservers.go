@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -68,8 +69,8 @@ func StartMariaDB(ctx context.Context, opts MariaDBOptions) (*MariaDB, error) {
 }
 
 // onFreePort runs start on port, or, when port is 0, on a free port — again on another one if the
-// first was taken between the kernel naming it and the server binding it (other test processes pick
-// ports too).
+// first was taken between the check and the server binding it (by a program that does not reserve
+// its ports with FreePort).
 func onFreePort(port int, start func(port int) error) error {
 	if port != 0 {
 		return start(port)
@@ -333,14 +334,73 @@ func PidAlive(pid int) bool {
 	return state != 'Z' && state != 'X'
 }
 
-// FreePort asks the kernel for a free loopback port.
+// FreePort returns a free loopback port that stays this process's for as long as it runs: a server
+// killed and started again on it finds it free. It is picked below the range the kernel hands to
+// outgoing connections (net.ipv4.ip_local_port_range), so no client socket takes it while the server
+// is down, and reserved with a lock file that every process using FreePort honours, so no other test
+// server picks it either.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	low := ephemeralLow()
+	const first = 10000
+	if low <= first+1000 {
+		return 0, fmt.Errorf("testservers: the kernel hands out ports from %d for outgoing connections, leaving none below it", low)
+	}
+	dir := filepath.Join(os.TempDir(), "ticketd-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 200 {
+		port := first + rand.IntN(low-first)
+		if reservePort(dir, port) {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("testservers: no free port found between %d and %d", first, low-1)
+}
+
+// reservedPorts keeps the lock files of this process's ports open: the locks last until it exits.
+var reservedPorts struct {
+	sync.Mutex
+	files []*os.File
+}
+
+// reservePort takes port if no process holds its lock file and nothing listens on it.
+func reservePort(dir string, port int) bool {
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return false
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		f.Close()
+		return false
+	}
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		f.Close() // in use by something else; its lock goes with the file
+		return false
+	}
+	l.Close()
+	reservedPorts.Lock()
+	reservedPorts.files = append(reservedPorts.files, f)
+	reservedPorts.Unlock()
+	return true
+}
+
+// ephemeralLow is the first port the kernel hands to outgoing connections (32768 when unreadable).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 func lastLines(s string, n int) string {
