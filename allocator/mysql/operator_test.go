@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -41,17 +39,11 @@ func (f *fleet) Stop(i int) error { return f.pair[i].Stop() }
 
 func (f *fleet) Start(ctx context.Context, i int) error { return f.pair[i].Start(ctx) }
 
-// client runs the mariadb command-line client (or mariadb-dump) against server i.
-func (f *fleet) client(ctx context.Context, prog string, i int, args ...string) *exec.Cmd {
-	base := []string{"--protocol=TCP", "--host=127.0.0.1", "--port=" + strconv.Itoa(f.pair[i].Port), "--user=root"}
-	return exec.CommandContext(ctx, prog, append(base, args...)...)
-}
-
 // Backup dumps server i's ticketd database with mariadb-dump; restore reloads the dump with the
 // mariadb client into the running server.
 func (f *fleet) Backup(ctx context.Context, i int) (func(context.Context) error, error) {
 	file := filepath.Join(f.t.TempDir(), fmt.Sprintf("dump-%d.sql", i))
-	out, err := f.client(ctx, "mariadb-dump", i, "--single-transaction", "--databases", "ticketd").Output()
+	out, err := f.pair[i].Client(ctx, "mariadb-dump", "--single-transaction", "--databases", "ticketd").Output()
 	if err != nil {
 		return nil, fmt.Errorf("mariadb-dump: %w", err)
 	}
@@ -64,7 +56,7 @@ func (f *fleet) Backup(ctx context.Context, i int) (func(context.Context) error,
 			return err
 		}
 		defer in.Close()
-		cmd := f.client(ctx, "mariadb", i)
+		cmd := f.pair[i].Client(ctx, "mariadb")
 		cmd.Stdin = in
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("reloading the dump: %w: %s", err, out)

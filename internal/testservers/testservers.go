@@ -191,6 +191,13 @@ func (m *MariaDB) waitReady(ctx context.Context, limit time.Duration) error {
 	return fmt.Errorf("timed out after %s: %v", limit, last)
 }
 
+// Client returns a command running prog — the mariadb client or mariadb-dump — against the server as
+// root over TCP, with args after the connection options.
+func (m *MariaDB) Client(ctx context.Context, prog string, args ...string) *exec.Cmd {
+	base := []string{"--protocol=TCP", "--host=127.0.0.1", "--port=" + strconv.Itoa(m.Port), "--user=root"}
+	return exec.CommandContext(ctx, prog, append(base, args...)...)
+}
+
 // Alive reports whether the server process runs (a zombie counts as dead).
 func (m *MariaDB) Alive() bool { return m.Pid != 0 && PidAlive(m.Pid) }
 
