@@ -1,7 +1,8 @@
-// Package chaos shows, with figures, that ticketd never issues an ID twice under faults: SDK clients draw
-// IDs through two ticketd replicas from a MariaDB ticket pair while a schedule of faults runs — a
-// server SIGKILLed and restarted, injected latency, replies lost after the UPDATE committed, connection
-// resets, a replica restarted — and every ID drawn is checked for duplicates and for parity.
+// Package chaos shows, with figures, that ticketd never issues an ID twice under faults: for each
+// backend, SDK clients draw IDs through two ticketd replicas while a schedule of faults runs — servers
+// killed, the network degraded, a replica restarted, and what operators do to ticket servers (backups
+// restored into them, settings changed under them, a start advanced while one is down) — and every ID
+// drawn is checked for duplicates, for parity and against the blocks the servers issued.
 package chaos
 
 import (
@@ -10,42 +11,53 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/client"
-	"github.com/ticketd/ticketd/internal/testservers"
-	"github.com/ticketd/ticketd/schema"
 )
+
+// The backends a run can put under faults.
+const (
+	// BackendMySQL is a MariaDB ticket pair (odd/even).
+	BackendMySQL = "mysql"
+	// BackendRedis is two Redis instances (odd/even).
+	BackendRedis = "redis"
+)
+
+// Backends are the backend names Config.Backends accepts.
+var Backends = []string{BackendMySQL, BackendRedis}
 
 // Config configures a run. The zero value of each field means its default.
 type Config struct {
+	// Backends names the backends to run, each as a world of its own with its servers, two replicas,
+	// clients and checks, all at once. Default: BackendMySQL.
+	Backends []string
 	// MySQL are the DSNs of ticket servers the run does not own, odd first; empty starts a throwaway
 	// MariaDB pair in Dir. With MySQL set, KillCmd and StartCmd stop and start server i (sh -c, with
-	// CHAOS_SERVER=a or b in the environment); without them no server is killed.
+	// CHAOS_SERVER=a or b in the environment); without them no server is killed. The operator faults
+	// that restore backups or change settings need servers the run owns: with MySQL set they are left
+	// out.
 	MySQL             []string
 	KillCmd, StartCmd string
 	// Dir holds the throwaway servers' data; default a new temporary directory, removed afterwards.
 	Dir string
 	// Duration of the run. Default 60s.
 	Duration time.Duration
-	// Clients is the number of SDK clients, each with its own cache, as separate application instances
-	// would have. Default 64.
+	// Clients is the number of SDK clients of each backend, each with its own cache, as separate
+	// application instances would have. Default 64.
 	Clients int
-	// MinIDs is how many IDs the run must draw; it fails otherwise. Default 1,000,000.
+	// MinIDs is how many IDs the run must draw from each backend; it fails otherwise. Default 1,000,000.
 	MinIDs int64
-	// Rate is the IDs per second all clients draw together. Default 1.5 × MinIDs / Duration.
+	// Rate is the IDs per second the clients of one backend draw together. Default 1.5 × MinIDs / Duration.
 	Rate float64
 	// Logger receives the run's progress. Default: discard.
 	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
+	if len(c.Backends) == 0 {
+		c.Backends = []string{BackendMySQL}
+	}
 	if c.Duration <= 0 {
 		c.Duration = 60 * time.Second
 	}
@@ -64,28 +76,132 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Summary is the run's result; its JSON is the last line `ticketd chaos` prints.
-type Summary struct {
+func (c Config) validate() error {
+	seen := map[string]bool{}
+	for _, b := range c.Backends {
+		if !slices.Contains(Backends, b) {
+			return fmt.Errorf("chaos: unknown backend %q; the backends are %v", b, Backends)
+		}
+		if seen[b] {
+			return fmt.Errorf("chaos: backend %q is named twice", b)
+		}
+		seen[b] = true
+	}
+	if len(c.MySQL) > 0 && !seen[BackendMySQL] {
+		return fmt.Errorf("chaos: MariaDB servers are given but the %s backend is not run", BackendMySQL)
+	}
+	return nil
+}
+
+// Figures are what a run found and measured, for one backend or added up over all.
+type Figures struct {
 	IDs              int64 `json:"ids"`
 	Duplicates       int64 `json:"duplicates"`
 	ParityViolations int64 `json:"parity_violations"`
+	// StartViolations counts blocks that started below a namespace's start although their lease began
+	// after the start was advanced.
+	StartViolations int64 `json:"start_violations"`
 	// ServedWhileDegraded is the share of Next calls made while a fault was active that returned an ID.
 	ServedWhileDegraded float64 `json:"served_while_degraded"`
 	LongestStallMS      float64 `json:"longest_stall_ms"`
-	// Blocks is how many blocks the ticket servers issued to the replicas; Faults the faults applied.
-	Blocks int64    `json:"blocks"`
-	Faults []string `json:"faults"`
+	// Blocks is how many blocks the ticket servers issued to the replicas.
+	Blocks int64 `json:"blocks"`
 	// NextErrors counts Next calls that returned an error; FailedAttempts the lease attempts on a ticket
 	// server that failed (each retried elsewhere), Failovers how often a lease moved to the other server.
 	NextErrors int64 `json:"next_errors"`
 	// LostInFlightIDs are IDs whose lease committed on a server but whose answer never arrived: gaps.
-	LostInFlightIDs int64   `json:"lost_in_flight_ids"`
-	FailedAttempts  int64   `json:"failed_attempts"`
-	Failovers       int64   `json:"failovers"`
-	DurationS       float64 `json:"duration_s"`
+	// The counters an operator moved (a repair, a start advance) are left out.
+	LostInFlightIDs int64 `json:"lost_in_flight_ids"`
+	FailedAttempts  int64 `json:"failed_attempts"`
+	Failovers       int64 `json:"failovers"`
+
+	degradedCalls, degradedOK int64 // behind ServedWhileDegraded, so that figures add up
 }
 
-// OK reports whether the run met its promise: no duplicate, no parity violation, enough IDs.
+// add adds o to f.
+func (f *Figures) add(o Figures) {
+	f.IDs += o.IDs
+	f.Duplicates += o.Duplicates
+	f.ParityViolations += o.ParityViolations
+	f.StartViolations += o.StartViolations
+	f.LongestStallMS = max(f.LongestStallMS, o.LongestStallMS)
+	f.Blocks += o.Blocks
+	f.NextErrors += o.NextErrors
+	f.LostInFlightIDs += o.LostInFlightIDs
+	f.FailedAttempts += o.FailedAttempts
+	f.Failovers += o.Failovers
+	f.degradedCalls += o.degradedCalls
+	f.degradedOK += o.degradedOK
+	f.ServedWhileDegraded = 1
+	if f.degradedCalls > 0 {
+		f.ServedWhileDegraded = float64(f.degradedOK) / float64(f.degradedCalls)
+	}
+}
+
+// BackendFigures are one backend's figures.
+type BackendFigures struct {
+	Backend string `json:"backend"`
+	Figures
+}
+
+// What a fault must do to a ticket server (FaultResult.Expect).
+const (
+	// ExpectFenced: the fault takes a server back in time; every replica must fence it.
+	ExpectFenced = "fenced"
+	// ExpectRefused: the fault misconfigures a server; a replica that checks it must refuse it.
+	ExpectRefused = "refused"
+	// ExpectStart: a namespace's start is advanced while a server is down; every block leased after the
+	// change, the returned server's included, must start at or above it.
+	ExpectStart = "start"
+)
+
+// FaultResult is one fault of the schedule and what came of it.
+type FaultResult struct {
+	Backend string `json:"backend"`
+	Name    string `json:"name"`
+	Applied bool   `json:"applied"`
+	// Expect is what the fault must do (ExpectFenced, ExpectRefused, ExpectStart); empty when the
+	// replicas only have to ride it out.
+	Expect string `json:"expect,omitempty"`
+	// FencedOrRefused is whether a server was seen fenced or refused while the fault lasted.
+	FencedOrRefused bool `json:"fenced_or_refused"`
+	// Checked counts, for ExpectStart, the blocks the returned server issued after the start was
+	// advanced and that were checked against it.
+	Checked int64  `json:"checked,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+	// Error is why the fault could not be applied or reverted.
+	Error string `json:"error,omitempty"`
+}
+
+// problem says why the fault fails the run: a fault that must do something was not applied, could not
+// be reverted, or went unnoticed. Empty when it did what it must, or when it must do nothing.
+func (f FaultResult) problem() string {
+	switch {
+	case f.Expect == "":
+		return ""
+	case f.Error != "":
+		return "failed: " + f.Error
+	case !f.Applied:
+		return "was not applied (the run ended first; give it more time)"
+	case (f.Expect == ExpectFenced || f.Expect == ExpectRefused) && !f.FencedOrRefused:
+		return "went unnoticed: no replica reported the server " + f.Expect
+	case f.Expect == ExpectStart && f.Checked == 0:
+		return "was not exercised: the server that was down issued no block after its return"
+	}
+	return ""
+}
+
+// Summary is the run's result; its JSON is the last line `ticketd chaos` prints. The figures at its top
+// add up those of Backends; the longest stall is the longest of any.
+type Summary struct {
+	Figures
+	Faults    []FaultResult    `json:"faults"`
+	Backends  []BackendFigures `json:"backends"`
+	DurationS float64          `json:"duration_s"`
+}
+
+// OK reports whether the run met its promise: no duplicate, no parity or start violation, every fault
+// that must fence or refuse a server did, and enough IDs from each backend.
 func (s Summary) OK(minIDs int64) error {
 	var errs []error
 	if s.Duplicates != 0 {
@@ -94,8 +210,18 @@ func (s Summary) OK(minIDs int64) error {
 	if s.ParityViolations != 0 {
 		errs = append(errs, fmt.Errorf("%d IDs outside the parity of the server that issued them", s.ParityViolations))
 	}
-	if s.IDs < minIDs {
-		errs = append(errs, fmt.Errorf("only %d IDs drawn, below --min-ids %d", s.IDs, minIDs))
+	if s.StartViolations != 0 {
+		errs = append(errs, fmt.Errorf("%d blocks below the namespace's start, leased after it was advanced", s.StartViolations))
+	}
+	for _, f := range s.Faults {
+		if p := f.problem(); p != "" {
+			errs = append(errs, fmt.Errorf("%s: %q %s", f.Backend, f.Name, p))
+		}
+	}
+	for _, b := range s.Backends {
+		if b.IDs < minIDs {
+			errs = append(errs, fmt.Errorf("%s: only %d IDs drawn, below --min-ids %d", b.Backend, b.IDs, minIDs))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -103,55 +229,38 @@ func (s Summary) OK(minIDs int64) error {
 // Namespace is the namespace the run draws from.
 const Namespace = "chaos"
 
-// Run runs the clients and the fault schedule and checks every ID drawn.
+// Run runs each backend's clients and fault schedule at once and checks every ID drawn.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	cfg = cfg.withDefaults()
-	log := cfg.Logger
-	e := &env{cfg: cfg, log: log}
-	defer e.close()
-	if err := e.startServers(ctx); err != nil {
+	if err := cfg.validate(); err != nil {
 		return Summary{}, err
 	}
-	if err := e.startProxies(); err != nil {
-		return Summary{}, err
+	worlds := make([]*world, len(cfg.Backends))
+	for i, b := range cfg.Backends {
+		worlds[i] = newWorld(cfg, b)
 	}
-	for i := range 2 {
-		if err := e.startReplica(ctx, i); err != nil {
-			return Summary{}, err
+	defer func() {
+		for _, w := range worlds {
+			w.close()
 		}
+	}()
+	// Servers take seconds to install and start: every backend's at once.
+	errs := make([]error, len(worlds))
+	var wg sync.WaitGroup
+	for i, w := range worlds {
+		wg.Go(func() { errs[i] = w.prepare(ctx) })
 	}
-	// Small blocks: the clients refill often, so the faults meet many leases.
-	if _, err := e.replicas[0].pair.CreateNamespace(ctx, allocator.Namespace{Name: Namespace, BlockSize: 100, MaxBlockSize: 2000}); err != nil && !errors.Is(err, allocator.ErrExists) {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return Summary{}, err
 	}
 
-	before, err := e.counters(ctx)
-	if err != nil {
-		return Summary{}, err
-	}
-
-	urls := []string{e.replicas[0].url, e.replicas[1].url}
 	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
-	clients := make([]*drawer, cfg.Clients)
-	var wg sync.WaitGroup
 	started := time.Now()
-	for i := range clients {
-		c, err := client.New(client.HTTP(urls...), Namespace, client.WithToken(adminToken),
-			client.WithRequestTimeout(2*time.Second), client.WithMaxWait(15*time.Second),
-			client.WithBackoff(20*time.Millisecond, time.Second))
-		if err != nil {
-			return Summary{}, err
-		}
-		clients[i] = &drawer{c: c, degraded: &e.degraded}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			clients[i].draw(runCtx, cfg.Rate/float64(cfg.Clients))
-		}()
+	for i, w := range worlds {
+		wg.Go(func() { errs[i] = w.run(runCtx) })
 	}
-	faultsDone := make(chan []string, 1)
-	go func() { faultsDone <- e.schedule(runCtx) }()
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
 	for done := false; !done; {
@@ -159,262 +268,26 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		case <-runCtx.Done():
 			done = true
 		case <-progress.C:
-			var n int64
-			for _, d := range clients {
-				n += d.count.Load()
+			for _, w := range worlds {
+				cfg.Logger.Info("chaos: drawing", "backend", w.backend, "ids", w.drawn(),
+					"elapsed", time.Since(started).Round(time.Second).String(), "degraded", w.degraded.Load())
 			}
-			log.Info("chaos: drawing", "ids", n, "elapsed", time.Since(started).Round(time.Second).String(), "degraded", e.degraded.Load())
 		}
 	}
 	wg.Wait()
-	faults := <-faultsDone
-	for _, d := range clients {
-		_ = d.c.Close()
+	if err := errors.Join(errs...); err != nil {
+		return Summary{}, err
 	}
-	sum := e.summarize(clients, faults, time.Since(started))
-	after, err := e.counters(ctx)
-	if err != nil {
-		return sum, err
+	sum := Summary{DurationS: time.Since(started).Seconds()}
+	sum.ServedWhileDegraded = 1
+	for _, w := range worlds {
+		fig, faults, err := w.summarize(ctx)
+		sum.Figures.add(fig)
+		sum.Backends = append(sum.Backends, BackendFigures{Backend: w.backend, Figures: fig})
+		sum.Faults = append(sum.Faults, faults...)
+		if err != nil {
+			return sum, err
+		}
 	}
-	// IDs the servers' counters moved past but no lease returned: ranges taken by UPDATEs that
-	// committed while their reply was lost. They are gaps, never issued.
-	consumed := (after["a"] - before["a"] + after["b"] - before["b"]) / 2
-	var recorded int64
-	for _, b := range e.rec.blocks() {
-		recorded += b.Size
-	}
-	sum.LostInFlightIDs = consumed - recorded
 	return sum, nil
-}
-
-// counters reads each server's counter for the namespace.
-func (e *env) counters(ctx context.Context) (map[string]int64, error) {
-	for range 100 {
-		for _, r := range e.replicas {
-			if r == nil {
-				continue
-			}
-			ns, err := r.pair.Namespace(ctx, Namespace)
-			if err != nil {
-				continue
-			}
-			out := map[string]int64{}
-			for _, s := range ns.Servers {
-				if s.Healthy {
-					out[s.Server] = s.Next
-				}
-			}
-			if len(out) == 2 {
-				return out, nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("chaos: could not read both servers' counters")
-}
-
-// drawer is one SDK client drawing at a steady rate.
-type drawer struct {
-	c        *client.Client
-	degraded *atomic.Bool
-	count    atomic.Int64
-
-	ids                      []int64
-	degradedCalls, degradeOK int64
-	errors                   int64
-	longest                  time.Duration
-}
-
-func (d *drawer) draw(ctx context.Context, rate float64) {
-	const tick = 10 * time.Millisecond
-	perTick := rate * tick.Seconds()
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	var owed float64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for owed += perTick; owed >= 1; owed-- {
-			degraded := d.degraded.Load()
-			start := time.Now()
-			id, err := d.c.Next(ctx)
-			took := time.Since(start)
-			if ctx.Err() != nil {
-				return // the run ended during the call: neither a success nor a failure
-			}
-			d.longest = max(d.longest, took)
-			if degraded {
-				d.degradedCalls++
-			}
-			if err != nil {
-				d.errors++
-				continue
-			}
-			if degraded {
-				d.degradeOK++
-			}
-			d.ids = append(d.ids, id)
-			d.count.Add(1)
-		}
-	}
-}
-
-// summarize checks every ID: sorted, no two equal; each inside a block the servers issued, with the
-// parity of the server that issued it.
-func (e *env) summarize(clients []*drawer, faults []string, took time.Duration) Summary {
-	var all []int64
-	s := Summary{Faults: faults, DurationS: took.Seconds()}
-	var degraded, degradedOK int64
-	var longest time.Duration
-	for _, d := range clients {
-		all = append(all, d.ids...)
-		degraded += d.degradedCalls
-		degradedOK += d.degradeOK
-		s.NextErrors += d.errors
-		longest = max(longest, d.longest)
-	}
-	s.IDs = int64(len(all))
-	s.LongestStallMS = float64(longest.Microseconds()) / 1000
-	s.ServedWhileDegraded = 1
-	if degraded > 0 {
-		s.ServedWhileDegraded = float64(degradedOK) / float64(degraded)
-	}
-	slices.Sort(all)
-	for i := 1; i < len(all); i++ {
-		if all[i] == all[i-1] {
-			s.Duplicates++
-		}
-	}
-	blocks := e.rec.blocks()
-	s.Blocks = int64(len(blocks))
-	s.FailedAttempts, s.Failovers = e.attempts.failed.Load(), e.attempts.failovers.Load()
-	wantParity := map[string]int64{"a": 1, "b": 0}
-	for _, b := range blocks {
-		if p, ok := wantParity[b.Server]; !ok || b.Start%2 != p || b.Step != 2 {
-			s.ParityViolations += b.Size
-		}
-	}
-	// Every ID must come from a block the servers issued: walk the sorted IDs against the sorted blocks
-	// of each parity.
-	for _, parity := range []int64{0, 1} {
-		var bs []allocator.Block
-		for _, b := range blocks {
-			if b.Start%2 == parity {
-				bs = append(bs, b)
-			}
-		}
-		slices.SortFunc(bs, func(x, y allocator.Block) int { return compare(x.Start, y.Start) })
-		j := 0
-		for _, id := range all {
-			if id%2 != parity {
-				continue
-			}
-			for j < len(bs) && lastOf(bs[j]) < id {
-				j++
-			}
-			if j == len(bs) || !bs[j].Contains(id) {
-				s.ParityViolations++
-			}
-		}
-	}
-	return s
-}
-
-func compare(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func lastOf(b allocator.Block) int64 {
-	l, _ := b.Last()
-	return l
-}
-
-// startServers starts the throwaway pair, or checks the given one, and applies the schema.
-func (e *env) startServers(ctx context.Context) error {
-	if len(e.cfg.MySQL) > 0 {
-		if len(e.cfg.MySQL) != 2 {
-			return fmt.Errorf("chaos: --mysql needs the two servers of the pair, odd first")
-		}
-		e.dsns = e.cfg.MySQL
-		for _, dsn := range e.dsns {
-			if _, err := schemaMigrate(ctx, dsn); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	dir := e.cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "tkc")
-		if err != nil {
-			return err
-		}
-		dir, e.ownDir = d, d
-	}
-	pair, err := testservers.StartPair(ctx, dir)
-	if err != nil {
-		return fmt.Errorf("chaos: starting the MariaDB pair: %w", err)
-	}
-	e.owned = pair[:]
-	for _, m := range e.owned {
-		db, err := openDB(m.DSN(""))
-		if err != nil {
-			return err
-		}
-		_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS ticketd")
-		db.Close()
-		if err != nil {
-			return err
-		}
-		e.dsns = append(e.dsns, m.DSN("ticketd"))
-		if _, err := schemaMigrate(ctx, m.DSN("ticketd")); err != nil {
-			return err
-		}
-	}
-	e.log.Info("chaos: MariaDB pair up", "a", e.owned[0].Port, "b", e.owned[1].Port)
-	return nil
-}
-
-func schemaMigrate(ctx context.Context, dsn string) ([]int, error) {
-	db, err := openDB(dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	return schema.Migrate(ctx, db)
-}
-
-// kill and start server i (0 = a, 1 = b).
-func (e *env) kill(i int) error {
-	if e.owned != nil {
-		return e.owned[i].Kill()
-	}
-	return e.runCmd(e.cfg.KillCmd, i)
-}
-
-func (e *env) start(ctx context.Context, i int) error {
-	if e.owned != nil {
-		return e.owned[i].Start(ctx)
-	}
-	return e.runCmd(e.cfg.StartCmd, i)
-}
-
-func (e *env) canKill() bool { return e.owned != nil || (e.cfg.KillCmd != "" && e.cfg.StartCmd != "") }
-
-func (e *env) runCmd(cmd string, i int) error {
-	c := exec.Command("sh", "-c", cmd)
-	c.Env = append(os.Environ(), "CHAOS_SERVER="+string(rune('a'+i)))
-	if out, err := c.CombinedOutput(); err != nil {
-		return fmt.Errorf("chaos: %q for server %c: %w: %s", cmd, 'a'+i, err, out)
-	}
-	return nil
 }

@@ -12,10 +12,12 @@ import (
 )
 
 // TestShortChaosRun runs the whole fault schedule briefly, on a throwaway pair of its own, and checks
-// the summary: no duplicate, no parity violation, the faults were applied and met leases.
+// the summary: no duplicate, no parity or start violation, every fault was applied and met leases, and
+// each restore was fenced and each misconfiguration refused. It is long enough for the schedule's
+// server restarts, which take seconds each.
 func TestShortChaosRun(t *testing.T) {
 	testenv.RequireMariaDB(t)
-	sum, err := chaos.Run(context.Background(), chaos.Config{Dir: testenv.ShortTempDir(t), Duration: 15 * time.Second,
+	sum, err := chaos.Run(context.Background(), chaos.Config{Dir: testenv.ShortTempDir(t), Duration: 45 * time.Second,
 		Clients: 16, MinIDs: 30_000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -24,8 +26,18 @@ func TestShortChaosRun(t *testing.T) {
 	if err := sum.OK(30_000); err != nil {
 		t.Fatal(err)
 	}
-	if len(sum.Faults) != 7 {
-		t.Fatalf("applied %d faults, want the 7 of the schedule: %v", len(sum.Faults), sum.Faults)
+	expected := map[string]int{}
+	for _, f := range sum.Faults {
+		if !f.Applied {
+			t.Errorf("fault %q not applied: %s %s", f.Name, f.Error, f.Detail)
+		}
+		expected[f.Expect]++
+	}
+	if len(sum.Faults) != 13 {
+		t.Fatalf("%d faults, want the 13 of the schedule: %+v", len(sum.Faults), sum.Faults)
+	}
+	if expected[chaos.ExpectFenced] != 2 || expected[chaos.ExpectRefused] != 1 || expected[chaos.ExpectStart] != 1 {
+		t.Fatalf("faults by expectation %v, want 2 restores fenced, 1 misconfiguration refused, 1 start advance", expected)
 	}
 	if sum.FailedAttempts == 0 || sum.Blocks < 50 {
 		t.Fatalf("the faults met no lease (failed attempts %d, blocks %d): the run proves nothing", sum.FailedAttempts, sum.Blocks)

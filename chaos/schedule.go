@@ -2,24 +2,55 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+
+	"github.com/ticketd/ticketd/allocator"
 )
 
-// fault is one entry of the schedule: applied at a share `at` of the run, reverted at `until`.
+// fault is one entry of the schedule: applied at a share `at` of the run, reverted at `until`. apply
+// and revert may note what they saw in the fault's result; revert may be nil.
 type fault struct {
 	at, until float64
 	name      string
-	apply     func(ctx context.Context) error
-	revert    func(ctx context.Context) error
+	expect    string // see FaultResult.Expect
+	apply     func(ctx context.Context, res *FaultResult) error
+	revert    func(ctx context.Context, res *FaultResult) error
 }
 
-// faults is the schedule. Each window overlaps no other, so every failure mode is seen on its own.
-func (e *env) faults() []fault {
-	p := e.proxies
-	withToxics := func(specs ...func() error) func(context.Context) error {
-		return func(context.Context) error {
+// The schedule's windows, as shares of the run. No two overlap, so every failure mode is seen on its
+// own, and a fault that takes a server back in time is repaired before the next one begins.
+var (
+	slotDump        = [2]float64{0.02, 0.03}
+	slotLatency     = [2]float64{0.04, 0.09}
+	slotLostReplies = [2]float64{0.10, 0.14}
+	slotKillA       = [2]float64{0.15, 0.22}
+	slotRestoreLive = [2]float64{0.23, 0.28}
+	slotResets      = [2]float64{0.29, 0.33}
+	slotColdCopy    = [2]float64{0.34, 0.38}
+	slotReplica     = [2]float64{0.39, 0.42}
+	slotSettings    = [2]float64{0.43, 0.49}
+	slotTimeouts    = [2]float64{0.50, 0.55}
+	slotStart       = [2]float64{0.56, 0.63}
+	slotRestoreCold = [2]float64{0.64, 0.70}
+	slotKillB       = [2]float64{0.72, 0.80}
+)
+
+func at(slot [2]float64, f fault) fault {
+	f.at, f.until = slot[0], slot[1]
+	return f
+}
+
+// faults is the schedule: the faults every backend gets, and the backend's own.
+func (w *world) faults() []fault {
+	p := w.proxies
+	withToxics := func(specs ...func() error) func(context.Context, *FaultResult) error {
+		return func(context.Context, *FaultResult) error {
 			for _, s := range specs {
 				if err := s(); err != nil {
 					return err
@@ -29,59 +60,81 @@ func (e *env) faults() []fault {
 		}
 	}
 	fs := []fault{
-		{at: 0.08, until: 0.18, name: "200 ms latency between replica 1 and server a",
+		at(slotLatency, fault{name: "200 ms latency between replica 1 and server a",
 			apply: withToxics(
 				func() error { return toxic(p[0][0], "lat-up", "latency", "upstream", `{"latency":200}`) },
 				func() error { return toxic(p[0][0], "lat-down", "latency", "downstream", `{"latency":200}`) }),
-			revert: func(context.Context) error {
+			revert: func(context.Context, *FaultResult) error {
 				removeToxic(p[0][0], "lat-up")
 				removeToxic(p[0][0], "lat-down")
 				return nil
-			}},
-		{at: 0.20, until: 0.27, name: "replies lost after the UPDATE committed, replica 2 and server b",
+			}}),
+		at(slotLostReplies, fault{name: "replies lost after the lease committed, replica 2 and server b",
 			apply:  withToxics(func() error { return toxic(p[1][1], "lost", "timeout", "downstream", `{"timeout":1000}`) }),
-			revert: func(context.Context) error { removeToxic(p[1][1], "lost"); return nil }},
-		{at: 0.46, until: 0.54, name: "connection resets between replica 1 and server b",
+			revert: func(context.Context, *FaultResult) error { removeToxic(p[1][1], "lost"); return nil }}),
+		at(slotResets, fault{name: "connection resets between replica 1 and server b",
 			apply:  withToxics(func() error { return toxic(p[0][1], "reset", "reset_peer", "upstream", `{"timeout":0}`) }),
-			revert: func(context.Context) error { removeToxic(p[0][1], "reset"); return nil }},
-		{at: 0.58, until: 0.62, name: "ticketd replica 1 restarted",
-			apply:  func(context.Context) error { e.stopReplica(0); return nil },
-			revert: func(ctx context.Context) error { return e.startReplica(ctx, 0) }},
-		{at: 0.66, until: 0.74, name: "timeouts between replica 1 and server a, latency between replica 2 and server a",
+			revert: func(context.Context, *FaultResult) error { removeToxic(p[0][1], "reset"); return nil }}),
+		at(slotReplica, fault{name: "ticketd replica 1 restarted",
+			apply:  func(context.Context, *FaultResult) error { w.stopReplica(0); return nil },
+			revert: func(ctx context.Context, _ *FaultResult) error { return w.startReplica(ctx, 0, []int{0, 1}) }}),
+		at(slotTimeouts, fault{name: "timeouts between replica 1 and server a, latency between replica 2 and server a",
 			apply: withToxics(
 				func() error { return toxic(p[0][0], "hang", "timeout", "downstream", `{"timeout":0}`) },
 				func() error { return toxic(p[1][0], "lat", "latency", "downstream", `{"latency":200}`) }),
-			revert: func(context.Context) error { removeToxic(p[0][0], "hang"); removeToxic(p[1][0], "lat"); return nil }},
+			revert: func(context.Context, *FaultResult) error {
+				removeToxic(p[0][0], "hang")
+				removeToxic(p[1][0], "lat")
+				return nil
+			}}),
 	}
-	if e.canKill() {
-		fs = append(fs,
-			fault{at: 0.30, until: 0.42, name: "server a SIGKILLed, then restarted",
-				apply: func(context.Context) error { return e.kill(0) }, revert: func(ctx context.Context) error { return e.start(ctx, 0) }},
-			fault{at: 0.80, until: 0.90, name: "server b SIGKILLed, then restarted",
-				apply: func(context.Context) error { return e.kill(1) }, revert: func(ctx context.Context) error { return e.start(ctx, 1) }},
-		)
+	if w.servers.canKill() {
+		kill := func(i int) fault {
+			return fault{name: fmt.Sprintf("server %s SIGKILLed, then restarted", label(i)),
+				apply:  func(context.Context, *FaultResult) error { return w.servers.kill(i) },
+				revert: func(ctx context.Context, _ *FaultResult) error { return w.servers.restart(ctx, i) }}
+		}
+		fs = append(fs, at(slotKillA, kill(0)), at(slotKillB, kill(1)), at(slotStart, w.startAdvance(1)))
 	}
+	fs = append(fs, w.servers.faults(w)...)
 	sort.Slice(fs, func(i, j int) bool { return fs[i].at < fs[j].at })
 	return fs
 }
 
-// schedule applies and reverts the faults on time; it returns what it applied. When the run ends
-// early, whatever is active is reverted.
-func (e *env) schedule(ctx context.Context) []string {
+// schedule applies and reverts the faults on time, and returns what came of each. When the run ends
+// early, whatever is active is reverted; what was not reached is reported not applied.
+func (w *world) schedule(ctx context.Context) []FaultResult {
 	type event struct {
 		at     time.Duration
-		f      fault
+		i      int
 		revert bool
 	}
+	fs := w.faults()
+	results := make([]FaultResult, len(fs))
 	var events []event
-	for _, f := range e.faults() {
-		events = append(events, event{at: time.Duration(f.at * float64(e.cfg.Duration)), f: f},
-			event{at: time.Duration(f.until * float64(e.cfg.Duration)), f: f, revert: true})
+	for i, f := range fs {
+		results[i] = FaultResult{Backend: w.backend, Name: f.name, Expect: f.expect}
+		events = append(events, event{at: time.Duration(f.at * float64(w.cfg.Duration)), i: i},
+			event{at: time.Duration(f.until * float64(w.cfg.Duration)), i: i, revert: true})
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].at < events[j].at })
 	start := time.Now()
-	active := map[string]fault{}
-	var applied []string
+	active := map[int]bool{}
+	revert := func(i int) {
+		res := &results[i]
+		if fs[i].revert != nil {
+			if err := fs[i].revert(context.Background(), res); err != nil {
+				res.Error = joinErr(res.Error, "revert: "+err.Error())
+				w.log.Error("chaos: could not revert a fault", "fault", fs[i].name, "err", err)
+			}
+		}
+		delete(active, i)
+		// The next fault begins with both servers in rotation everywhere, so that each is seen on its own.
+		if err := errors.Join(w.backInRotation(0), w.backInRotation(1)); err != nil {
+			res.Error = joinErr(res.Error, "revert: "+err.Error())
+		}
+		w.log.Info("chaos: fault over", "fault", fs[i].name, "fenced_or_refused", res.FencedOrRefused, "detail", res.Detail)
+	}
 	for _, ev := range events {
 		select {
 		case <-ctx.Done():
@@ -90,31 +143,156 @@ func (e *env) schedule(ctx context.Context) []string {
 		if ctx.Err() != nil {
 			break
 		}
+		res := &results[ev.i]
 		if ev.revert {
-			if _, on := active[ev.f.name]; !on {
-				continue
+			if active[ev.i] {
+				revert(ev.i)
 			}
-			if err := ev.f.revert(context.Background()); err != nil {
-				e.log.Error("chaos: could not revert a fault", "fault", ev.f.name, "err", err)
-			}
-			delete(active, ev.f.name)
-			e.log.Info("chaos: fault over", "fault", ev.f.name)
 		} else {
-			if err := ev.f.apply(ctx); err != nil {
-				e.log.Error("chaos: could not apply a fault", "fault", ev.f.name, "err", err)
-				continue
+			w.degraded.Store(true) // calls made while the fault is being applied meet it too
+			active[ev.i] = true
+			if err := fs[ev.i].apply(ctx, res); err != nil {
+				res.Error = "apply: " + err.Error()
+				w.log.Error("chaos: could not apply a fault", "fault", fs[ev.i].name, "err", err)
+				revert(ev.i) // what was done of it is undone
+			} else {
+				res.Applied = true
+				w.log.Info("chaos: fault", "fault", fs[ev.i].name)
 			}
-			active[ev.f.name] = ev.f
-			applied = append(applied, ev.f.name)
-			e.log.Info("chaos: fault", "fault", ev.f.name)
 		}
-		e.degraded.Store(len(active) > 0)
+		w.degraded.Store(len(active) > 0)
 	}
-	for name, f := range active {
-		if err := f.revert(context.Background()); err != nil {
-			e.log.Error("chaos: could not revert a fault", "fault", name, "err", fmt.Sprint(err))
+	for i := range active {
+		revert(i)
+	}
+	w.degraded.Store(false)
+	for i := range results {
+		if !results[i].Applied && results[i].Error == "" {
+			results[i].Detail = "not reached: the run ended first"
 		}
 	}
-	e.degraded.Store(false)
-	return applied
+	return results
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// toxic adds a toxic to a proxy; remove takes it away.
+func toxic(p *toxiproxy.Proxy, name, typ, stream string, attrs string) error {
+	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
+	_, err := p.Toxics.AddToxicJson(strings.NewReader(js))
+	return err
+}
+
+func removeToxic(p *toxiproxy.Proxy, name string) {
+	_ = p.Toxics.RemoveToxic(context.Background(), name)
+}
+
+// startAdvanceBy is how far above every counter a start advance moves the namespace's start.
+const startAdvanceBy = 1_000_000_000_000
+
+// advance is a namespace's start advanced while a server was down: every lease that began in epoch or
+// later must start at or above start, and returned is the server that was down.
+type advance struct {
+	fault    string
+	epoch    int64
+	start    int64
+	returned int
+}
+
+// firstOf is server i's first ID at or above start.
+func firstOf(i int, start int64) int64 { return start + (residue(i)-start%step+step)%step }
+
+// startAdvance kills server i, advances the namespace's start well above every counter through replica
+// 1's backend (replica 2 learns of it from the servers), and starts server i again.
+func (w *world) startAdvance(i int) fault {
+	name := fmt.Sprintf("namespace start advanced while server %s was down", label(i))
+	return fault{name: name, expect: ExpectStart,
+		apply: func(ctx context.Context, res *FaultResult) error {
+			if err := w.servers.kill(i); err != nil {
+				return err
+			}
+			rep := w.replica(0)
+			if rep == nil {
+				return errors.New("replica 1 is not running")
+			}
+			ns, err := rep.backend.Namespace(ctx, Namespace)
+			if err != nil {
+				return err
+			}
+			high := w.rec.highest()
+			for _, s := range ns.Servers {
+				high = max(high, s.Next)
+			}
+			ns.Start, ns.Servers = high+startAdvanceBy, nil
+			if _, err := rep.backend.UpdateNamespace(ctx, ns); err != nil {
+				return err
+			}
+			epoch := w.rec.epoch.Add(1)
+			w.mu.Lock()
+			w.advances = append(w.advances, advance{fault: name, epoch: epoch, start: ns.Start, returned: i})
+			for j := range 2 {
+				w.resets[j] = append(w.resets[j], firstOf(j, ns.Start))
+			}
+			w.mu.Unlock()
+			res.Detail = fmt.Sprintf("start advanced to %d, %d above the highest counter", ns.Start, int64(startAdvanceBy))
+			return nil
+		},
+		revert: func(ctx context.Context, _ *FaultResult) error { return w.servers.restart(ctx, i) }}
+}
+
+// repairFenced waits until every running replica has fenced server i, then repairs it through one of
+// them (not forced: a server that is not fenced is refused). It notes in res what it saw and what the
+// repair did.
+func (w *world) repairFenced(ctx context.Context, i int, res *FaultResult) error {
+	fenced := func(h allocator.ServerHealth) bool { return h.Fenced }
+	res.FencedOrRefused = waitUntil(fencedWithin, func() bool { return w.everywhere(i, fenced) })
+	var seen []string
+	var repairer allocator.Repairer
+	var name, why string
+	for r, rep := range w.running() {
+		h, _ := w.health(r, i)
+		if !h.Fenced {
+			seen = append(seen, fmt.Sprintf("replica %d: not fenced (%s)", r+1, healthText(h)))
+			continue
+		}
+		seen = append(seen, fmt.Sprintf("replica %d: fenced", r+1))
+		if rp, ok := rep.backend.(allocator.Repairer); ok && repairer == nil {
+			repairer, name, why = rp, h.Name, h.Error
+		}
+	}
+	sort.Strings(seen)
+	res.Detail = fmt.Sprintf("server %s: %s", label(i), strings.Join(seen, ", "))
+	if why != "" {
+		res.Detail += "; why: " + why
+	}
+	if repairer == nil {
+		if !res.FencedOrRefused {
+			return fmt.Errorf("server %s was not fenced within %s, so there is nothing to repair", label(i), fencedWithin)
+		}
+		return fmt.Errorf("the %s backend cannot repair a server", w.backend)
+	}
+	rr, err := repairer.Repair(ctx, Namespace, name, allocator.RepairOptions{})
+	if err != nil {
+		return fmt.Errorf("repair of server %s: %w", label(i), err)
+	}
+	w.mu.Lock()
+	w.resets[i] = append(w.resets[i], rr.After)
+	w.mu.Unlock()
+	res.Detail += fmt.Sprintf("; repaired: counter %d → %d (water mark %d by %s, margin %d)", rr.Before, rr.After, rr.Watermark, rr.Holder, rr.Margin)
+	return nil
+}
+
+func healthText(h allocator.ServerHealth) string {
+	switch {
+	case h.Name == "":
+		return "no health reported"
+	case h.Healthy:
+		return "in rotation"
+	}
+	return h.Error
 }

@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// summarize checks every ID the world's clients drew and every block its servers issued, and returns
+// the world's figures and fault results.
+func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
+	w.mu.Lock()
+	clients, faults := w.clients, slices.Clone(w.faultsRun)
+	advances := slices.Clone(w.advances)
+	resets := map[int][]int64{}
+	for i, r := range w.resets {
+		resets[i] = slices.Clone(r)
+	}
+	w.mu.Unlock()
+
+	var f Figures
+	var all []int64
+	var longest time.Duration
+	for _, d := range clients {
+		all = append(all, d.ids...)
+		f.degradedCalls += d.degradedCalls
+		f.degradedOK += d.degradeOK
+		f.NextErrors += d.errors
+		longest = max(longest, d.longest)
+	}
+	f.IDs = int64(len(all))
+	f.LongestStallMS = float64(longest.Microseconds()) / 1000
+	f.ServedWhileDegraded = 1
+	if f.degradedCalls > 0 {
+		f.ServedWhileDegraded = float64(f.degradedOK) / float64(f.degradedCalls)
+	}
+	slices.Sort(all)
+	f.Duplicates = duplicates(all)
+
+	rec := w.rec.blocks()
+	blocks := make([]allocator.Block, len(rec))
+	for k, b := range rec {
+		blocks[k] = b.Block
+	}
+	f.Blocks = int64(len(blocks))
+	f.FailedAttempts, f.Failovers = w.attempts.failed.Load(), w.attempts.failovers.Load()
+	f.ParityViolations = parityViolations(blocks, w.indexOf) + outsideBlocks(all, blocks)
+	for _, a := range advances {
+		c := a.check(rec, w.indexOf)
+		f.StartViolations += c.violations
+		for k := range faults {
+			if faults[k].Name == a.fault {
+				faults[k].Checked = c.returned
+				faults[k].Detail += fmt.Sprintf("; %d blocks leased after the change, %d of them from server %s, the lowest from %d",
+					c.blocks, c.returned, label(a.returned), c.lowest)
+			}
+		}
+	}
+
+	after, err := w.counters(ctx)
+	if err != nil {
+		return f, faults, err
+	}
+	f.LostInFlightIDs = lostInFlight(w.before, after, resets, blocks, w.indexOf)
+	return f, faults, nil
+}
+
+// duplicates counts the IDs of a sorted list equal to the one before.
+func duplicates(sorted []int64) int64 {
+	var n int64
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			n++
+		}
+	}
+	return n
+}
+
+// residue is the residue (mod step) of the IDs server i issues: server a odd, server b even.
+func residue(i int) int64 { return int64(i+1) % step }
+
+// parityViolations counts the IDs of blocks issued by no known server, with another step, or outside
+// the residue of the server that issued them.
+func parityViolations(blocks []allocator.Block, indexOf func(string) (int, bool)) int64 {
+	var n int64
+	for _, b := range blocks {
+		if i, ok := indexOf(b.Server); !ok || b.Step != step || b.Start%step != residue(i) {
+			n += b.Size
+		}
+	}
+	return n
+}
+
+// outsideBlocks counts the IDs of a sorted list that lie in no block of their residue: walks the IDs
+// against the sorted blocks of each residue.
+func outsideBlocks(sorted []int64, blocks []allocator.Block) int64 {
+	var n int64
+	for _, parity := range []int64{0, 1} {
+		var bs []allocator.Block
+		for _, b := range blocks {
+			if b.Start%step == parity {
+				bs = append(bs, b)
+			}
+		}
+		slices.SortFunc(bs, func(x, y allocator.Block) int { return compare(x.Start, y.Start) })
+		j := 0
+		for _, id := range sorted {
+			if id%step != parity {
+				continue
+			}
+			for j < len(bs) && lastOf(bs[j]) < id {
+				j++
+			}
+			if j == len(bs) || !bs[j].Contains(id) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func compare(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func lastOf(b allocator.Block) int64 {
+	l, _ := b.Last()
+	return l
+}
+
+// advanceCheck is what a start advance's check found.
+type advanceCheck struct {
+	// blocks were leased after the change; violations of them start below the new start; returned of
+	// them come from the server that was down, and lowest is the lowest start among them.
+	blocks, violations, returned, lowest int64
+}
+
+// check finds the blocks leased after the start was advanced that start below it.
+func (a advance) check(blocks []recorded, indexOf func(string) (int, bool)) advanceCheck {
+	var c advanceCheck
+	for _, b := range blocks {
+		if b.epoch < a.epoch {
+			continue
+		}
+		c.blocks++
+		if b.Start < a.start {
+			c.violations++
+		}
+		if i, ok := indexOf(b.Server); ok && i == a.returned {
+			if c.returned == 0 || b.Start < c.lowest {
+				c.lowest = b.Start
+			}
+			c.returned++
+		}
+	}
+	return c
+}
+
+// lostInFlight is how many IDs the servers' counters moved past that no recorded block holds: ranges
+// taken by leases that committed while their reply was lost. They are gaps, never issued.
+//
+// An operator's repair or start advance moves a counter up to a value, and a restore moves it back
+// before a repair: those moves are not leases. So each server's counter is followed in stretches, one
+// from each such value (resets) to the next: a stretch that ended at a reset counts up to the end of
+// its highest block (what happened after that block is not known), the last one up to the counter
+// at the end.
+func lostInFlight(before, after map[int]int64, resets map[int][]int64, blocks []allocator.Block, indexOf func(string) (int, bool)) int64 {
+	var moved, recorded int64
+	for i, from := range before {
+		bounds := append([]int64{from}, resets[i]...)
+		slices.Sort(bounds)
+		ends := make([]int64, len(bounds)) // the end of each stretch's highest block
+		copy(ends, bounds)
+		for _, b := range blocks {
+			if j, ok := indexOf(b.Server); !ok || j != i {
+				continue
+			}
+			recorded += b.Size
+			k, _ := slices.BinarySearch(bounds, b.Start+1) // the stretch whose bound is at or below the start
+			k = max(k-1, 0)
+			ends[k] = max(ends[k], lastOf(b)+b.Step)
+		}
+		last := len(bounds) - 1
+		for k := range last {
+			moved += ends[k] - bounds[k]
+		}
+		moved += after[i] - bounds[last]
+	}
+	return moved/step - recorded
+}

@@ -1,0 +1,245 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// names maps the servers' names as blocks give them to their index.
+func names(n map[string]int) func(string) (int, bool) {
+	return func(s string) (int, bool) { i, ok := n[s]; return i, ok }
+}
+
+var ab = names(map[string]int{"a": 0, "b": 1})
+
+func blk(server string, start, size int64) allocator.Block {
+	return allocator.Block{Namespace: Namespace, Server: server, Start: start, Step: step, Size: size}
+}
+
+func TestFaultProblems(t *testing.T) {
+	cases := []struct {
+		name string
+		f    FaultResult
+		want string // in the problem; empty: none
+	}{
+		{"nothing expected", FaultResult{Applied: true}, ""},
+		{"nothing expected, not applied", FaultResult{}, ""},
+		{"fenced", FaultResult{Applied: true, Expect: ExpectFenced, FencedOrRefused: true}, ""},
+		{"restore unnoticed", FaultResult{Applied: true, Expect: ExpectFenced}, "went unnoticed"},
+		{"misconfiguration unnoticed", FaultResult{Applied: true, Expect: ExpectRefused}, "refused"},
+		{"restore not applied", FaultResult{Expect: ExpectFenced}, "was not applied"},
+		{"repair failed", FaultResult{Applied: true, Expect: ExpectFenced, FencedOrRefused: true, Error: "revert: repair of server b: boom"}, "boom"},
+		{"dump missing", FaultResult{Expect: ExpectFenced, Error: "apply: no dump of server b was taken"}, "no dump"},
+		{"start checked", FaultResult{Applied: true, Expect: ExpectStart, Checked: 3}, ""},
+		{"start not exercised", FaultResult{Applied: true, Expect: ExpectStart}, "not exercised"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := c.f.problem()
+			if (p == "") != (c.want == "") || !strings.Contains(p, c.want) {
+				t.Fatalf("problem %q, want one saying %q", p, c.want)
+			}
+			err := Summary{Faults: []FaultResult{c.f}}.OK(0)
+			if (err == nil) != (c.want == "") {
+				t.Fatalf("OK: %v, want a failure only when the fault has a problem", err)
+			}
+		})
+	}
+}
+
+func TestSummaryFails(t *testing.T) {
+	ok := Summary{Backends: []BackendFigures{{Backend: BackendMySQL, Figures: Figures{IDs: 10}}, {Backend: BackendRedis, Figures: Figures{IDs: 10}}}}
+	if err := ok.OK(10); err != nil {
+		t.Fatalf("a clean run: %v", err)
+	}
+	cases := []struct {
+		name   string
+		change func(*Summary)
+		want   string
+	}{
+		{"duplicate", func(s *Summary) { s.Duplicates = 1 }, "1 duplicate"},
+		{"parity", func(s *Summary) { s.ParityViolations = 2 }, "parity"},
+		{"start", func(s *Summary) { s.StartViolations = 1 }, "below the namespace's start"},
+		{"one backend short", func(s *Summary) { s.Backends[1].IDs = 9 }, "redis: only 9 IDs"},
+		{"restore unnoticed", func(s *Summary) {
+			s.Faults = append(s.Faults, FaultResult{Backend: BackendMySQL, Name: "restored", Applied: true, Expect: ExpectFenced})
+		}, `mysql: "restored" went unnoticed`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := ok
+			s.Backends = slices.Clone(ok.Backends)
+			c.change(&s)
+			if err := s.OK(10); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("OK: %v, want an error saying %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestSummaryJSON: the summary names every fault with what came of it, beside the figures.
+func TestSummaryJSON(t *testing.T) {
+	var s Summary
+	fig := Figures{IDs: 5, Blocks: 2, degradedCalls: 4, degradedOK: 3}
+	s.add(fig)
+	s.Backends = []BackendFigures{{Backend: BackendMySQL, Figures: fig}}
+	s.Faults = []FaultResult{{Backend: BackendMySQL, Name: "restored", Applied: true, Expect: ExpectFenced, FencedOrRefused: true, Detail: "repaired"}}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ids", "duplicates", "parity_violations", "start_violations", "served_while_degraded", "longest_stall_ms",
+		"blocks", "next_errors", "lost_in_flight_ids", "failed_attempts", "failovers", "faults", "backends", "duration_s"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("no %q in %s", k, b)
+		}
+	}
+	if got["served_while_degraded"] != 0.75 {
+		t.Errorf("served_while_degraded %v, want 3 of 4", got["served_while_degraded"])
+	}
+	f := got["faults"].([]any)[0].(map[string]any)
+	for k, v := range map[string]any{"backend": "mysql", "name": "restored", "applied": true, "expect": "fenced", "fenced_or_refused": true, "detail": "repaired"} {
+		if f[k] != v {
+			t.Errorf("fault %s = %v, want %v", k, f[k], v)
+		}
+	}
+}
+
+// TestFiguresAdd: the figures of two backends add up; the served share weighs each backend's calls.
+func TestFiguresAdd(t *testing.T) {
+	var s Figures
+	s.add(Figures{IDs: 10, Duplicates: 1, LongestStallMS: 5, degradedCalls: 10, degradedOK: 10})
+	s.add(Figures{IDs: 20, StartViolations: 2, LongestStallMS: 3, degradedCalls: 30, degradedOK: 0})
+	if s.IDs != 30 || s.Duplicates != 1 || s.StartViolations != 2 || s.LongestStallMS != 5 || s.ServedWhileDegraded != 0.25 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestParityViolations(t *testing.T) {
+	blocks := []allocator.Block{
+		blk("a", 1, 10),  // odd from a
+		blk("b", 22, 10), // even from b
+		blk("a", 42, 3),  // even from a
+		blk("c", 61, 4),  // unknown server
+		{Namespace: Namespace, Server: "b", Start: 100, Step: 4, Size: 5}, // another step
+	}
+	if got := parityViolations(blocks, ab); got != 3+4+5 {
+		t.Fatalf("parity violations %d, want 12", got)
+	}
+}
+
+func TestOutsideBlocks(t *testing.T) {
+	blocks := []allocator.Block{blk("a", 1, 3), blk("b", 2, 2), blk("b", 10, 1)} // 1 3 5 | 2 4 | 10
+	ids := []int64{1, 2, 3, 4, 5, 6, 7, 10, 12}
+	if got := outsideBlocks(ids, blocks); got != 3 { // 6, 7, 12
+		t.Fatalf("IDs outside every block: %d, want 3", got)
+	}
+}
+
+func TestDuplicates(t *testing.T) {
+	if got := duplicates([]int64{1, 2, 2, 3, 3, 3, 4}); got != 3 {
+		t.Fatalf("duplicates %d, want 3", got)
+	}
+}
+
+// TestStartAdvanceCheck: a block leased after the start was advanced that starts below it is a
+// violation, whichever server issued it; blocks leased before the change are not held to it.
+func TestStartAdvanceCheck(t *testing.T) {
+	const start = 1_000_000
+	a := advance{fault: "advanced", epoch: 1, start: start, returned: 1}
+	blocks := []recorded{
+		{blk("b", 200, 10), 0},       // before the change: below is fine
+		{blk("a", 201, 10), 0},       // before the change, finished after it
+		{blk("a", start+1, 10), 1},   // a, above
+		{blk("b", start+200, 10), 1}, // b came back above
+		{blk("b", start, 10), 2},     // b, at the start
+		{blk("b", 220, 10), 1},       // b came back below: the fault
+	}
+	c := a.check(blocks, ab)
+	if c.blocks != 4 || c.violations != 1 || c.returned != 3 || c.lowest != 220 {
+		t.Fatalf("%+v, want 4 blocks checked, 1 violation, 3 from b, the lowest at 220", c)
+	}
+	clean := a.check(blocks[:5], ab)
+	if clean.violations != 0 || clean.returned != 2 || clean.lowest != start {
+		t.Fatalf("%+v, want no violation and b's lowest at the start", clean)
+	}
+}
+
+func TestFirstOf(t *testing.T) {
+	for _, c := range []struct{ i, start, want int64 }{{0, 10, 11}, {0, 11, 11}, {1, 10, 10}, {1, 11, 12}} {
+		if got := firstOf(int(c.i), c.start); got != c.want {
+			t.Errorf("firstOf(%d, %d) = %d, want %d", c.i, c.start, got, c.want)
+		}
+	}
+}
+
+// TestLostInFlight follows each server's counter: lost leases show as counter moves without blocks;
+// a restore (the counter back) and its repair (the counter far ahead), or a start advance, are not
+// leases and count nothing.
+func TestLostInFlight(t *testing.T) {
+	before := map[int]int64{0: 1, 1: 2}
+	cases := []struct {
+		name   string
+		after  map[int]int64
+		resets map[int][]int64
+		blocks []allocator.Block
+		want   int64
+	}{
+		{"nothing lost", map[int]int64{0: 41, 1: 22}, nil,
+			[]allocator.Block{blk("a", 1, 10), blk("a", 21, 10), blk("b", 2, 10)}, 0},
+		{"one lease lost on a", map[int]int64{0: 41, 1: 22}, nil,
+			[]allocator.Block{blk("a", 1, 10), blk("b", 2, 10)}, 10},
+		{"b restored and repaired to 1000", map[int]int64{0: 21, 1: 1040}, map[int][]int64{1: {1000}},
+			[]allocator.Block{blk("a", 1, 10), blk("b", 2, 10), blk("b", 22, 5), blk("b", 1000, 20)}, 0},
+		{"a lease lost after the repair", map[int]int64{0: 21, 1: 1060}, map[int][]int64{1: {1000}},
+			[]allocator.Block{blk("a", 1, 10), blk("b", 2, 10), blk("b", 1000, 20)}, 10},
+		{"start advanced, then a repair", map[int]int64{0: 5021, 1: 9002}, map[int][]int64{0: {5001}, 1: {5002, 9000}},
+			[]allocator.Block{blk("a", 1, 10), blk("a", 5001, 10), blk("b", 2, 10), blk("b", 5002, 10)}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := lostInFlight(before, c.after, c.resets, c.blocks, ab); got != c.want {
+				t.Fatalf("lost in flight %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestScheduleWindowsDoNotOverlap: in each backend's schedule every fault has a window of its own, and
+// a name of its own.
+func TestScheduleWindowsDoNotOverlap(t *testing.T) {
+	mysqlWorld := newWorld(Config{}.withDefaults(), BackendMySQL)
+	mysqlWorld.servers.(*mysqlServers).owned = []*testservers.MariaDB{{}, {}} // faults are built, not applied
+	redisWorld := newWorld(Config{}.withDefaults(), BackendRedis)
+	for _, w := range []*world{mysqlWorld, redisWorld} {
+		fs := w.faults()
+		want := map[string]int{BackendMySQL: 13, BackendRedis: 10}[w.backend]
+		if len(fs) != want {
+			t.Errorf("%s: %d faults, want %d", w.backend, len(fs), want)
+		}
+		seen := map[string]bool{}
+		for k, f := range fs {
+			if f.at >= f.until || f.at <= 0 || f.until >= 1 {
+				t.Errorf("%s: %q window %v–%v", w.backend, f.name, f.at, f.until)
+			}
+			if k > 0 && f.at < fs[k-1].until {
+				t.Errorf("%s: %q (from %v) overlaps %q (until %v)", w.backend, f.name, f.at, fs[k-1].name, fs[k-1].until)
+			}
+			if seen[f.name] {
+				t.Errorf("%s: two faults named %q", w.backend, f.name)
+			}
+			seen[f.name] = true
+		}
+		t.Log(w.backend, fmt.Sprint(len(fs)), "faults")
+	}
+}

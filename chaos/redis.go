@@ -1,0 +1,137 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/redis"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// redisFences reports whether the Redis backend fences an instance that went back in time and can
+// repair it: only then must a wiped instance be fenced.
+func redisFences() bool {
+	_, ok := any((*redis.Store)(nil)).(allocator.Repairer)
+	return ok
+}
+
+// redisServers is two throwaway Redis instances (append-only file, fsync always) the run owns.
+type redisServers struct {
+	cfg    Config
+	log    *slog.Logger
+	inst   [2]*testservers.Redis
+	ownDir string
+}
+
+func (s *redisServers) start(ctx context.Context) error {
+	dir := s.cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "tkr")
+		if err != nil {
+			return err
+		}
+		dir, s.ownDir = d, d
+	}
+	for i := range s.inst {
+		r, err := testservers.StartRedis(ctx, testservers.RedisOptions{Dir: filepath.Join(dir, "redis-"+label(i))})
+		if err != nil {
+			return fmt.Errorf("chaos: starting Redis %s: %w", label(i), err)
+		}
+		s.inst[i] = r
+	}
+	s.log.Info("chaos: Redis instances up", "a", s.inst[0].Port, "b", s.inst[1].Port)
+	return nil
+}
+
+func (s *redisServers) addrs() []string { return []string{s.inst[0].Addr(), s.inst[1].Addr()} }
+
+func (s *redisServers) open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error) {
+	var addrs []string
+	for _, e := range ends {
+		addrs = append(addrs, e.addr)
+	}
+	return redis.Open(ctx, redis.Config{Addrs: addrs,
+		AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second, MaxBackoff: time.Second,
+		Logger: log, Observer: obs})
+}
+
+func (s *redisServers) kill(i int) error                         { return s.inst[i].Kill() }
+func (s *redisServers) restart(ctx context.Context, i int) error { return s.inst[i].Start(ctx) }
+func (s *redisServers) canKill() bool                            { return true }
+
+func (s *redisServers) close() {
+	for _, r := range s.inst {
+		if r != nil {
+			_ = r.Kill()
+		}
+	}
+	if s.ownDir != "" {
+		_ = os.RemoveAll(s.ownDir)
+	}
+}
+
+// faults: an instance that lost its data, and a replica restarted with the instances listed in the
+// other order.
+func (s *redisServers) faults(w *world) []fault {
+	wiped := fault{name: "Redis b's data lost (killed, its append-only files deleted, started empty)",
+		apply: func(ctx context.Context, _ *FaultResult) error {
+			if err := s.inst[1].Kill(); err != nil {
+				return err
+			}
+			for _, f := range []string{"appendonlydir", "dump.rdb"} {
+				if err := os.RemoveAll(filepath.Join(s.inst[1].Dir(), f)); err != nil {
+					return err
+				}
+			}
+			return w.servers.restart(ctx, 1)
+		},
+		revert: func(ctx context.Context, res *FaultResult) error {
+			if redisFences() {
+				return w.repairFenced(ctx, 1, res)
+			}
+			res.Detail = "the Redis backend cannot fence an instance yet, so this fault is not required to"
+			return nil
+		}}
+	if redisFences() {
+		wiped.expect = ExpectFenced
+	}
+	return []fault{
+		at(slotSettings, wiped),
+		at(slotRestoreCold, fault{name: "replica 2 restarted with the Redis instances in the other order while Redis a is down", expect: ExpectRefused,
+			apply: func(ctx context.Context, res *FaultResult) error {
+				if err := s.inst[0].Kill(); err != nil {
+					return err
+				}
+				w.stopReplica(1)
+				err := w.startReplica(ctx, 1, []int{1, 0})
+				switch {
+				case errors.Is(err, allocator.ErrMisconfigured):
+					res.FencedOrRefused, res.Detail = true, "replica 2 refused to start: "+err.Error()
+					return nil
+				case err != nil:
+					return err
+				}
+				// It started: it must have refused the instance it would give the other's offset.
+				res.FencedOrRefused = waitUntil(fencedWithin, func() bool {
+					h, ok := w.health(1, 1)
+					return ok && refused(h)
+				})
+				h, _ := w.health(1, 1)
+				res.Detail = "replica 2 started; Redis b: " + healthText(h)
+				return nil
+			},
+			revert: func(ctx context.Context, _ *FaultResult) error {
+				w.stopReplica(1)
+				if err := w.servers.restart(ctx, 0); err != nil {
+					return err
+				}
+				return w.startReplica(ctx, 1, []int{0, 1})
+			}}),
+	}
+}

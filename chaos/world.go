@@ -1,0 +1,465 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/internal/testservers"
+	"github.com/ticketd/ticketd/server"
+)
+
+const adminToken = "chaos-admin-token-0123456789"
+
+// step is the distance between two IDs of one server in every backend the run builds: two servers,
+// server i (from 0) issuing IDs ≡ i+1 (mod 2).
+const step = 2
+
+// ticketServers is one backend's two ticket servers as a run drives them, and how a replica opens the
+// backend on them.
+type ticketServers interface {
+	// start starts the servers (or checks the given ones) and applies any schema.
+	start(ctx context.Context) error
+	// addrs are the servers' host:port, server a first.
+	addrs() []string
+	// open opens the backend a replica serves from, on the servers in the order of ends, each reached
+	// at its end's address (the replica's proxy).
+	open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error)
+	// kill stops server i at once, as a crash would; restart starts it again on its data.
+	kill(i int) error
+	restart(ctx context.Context, i int) error
+	canKill() bool
+	// faults are the backend's own faults, scheduled with those every backend gets.
+	faults(w *world) []fault
+	close()
+}
+
+// endpoint is where a replica reaches server index.
+type endpoint struct {
+	index int
+	addr  string
+}
+
+// leaser is what a replica needs of a backend: leases, also from a chosen server, namespaces, health and
+// the servers' names in configuration order. *mysql.Pair and *redis.Store are leasers.
+type leaser interface {
+	allocator.Backend
+	allocator.HealthReporter
+	server.PreferLeaser
+	Servers() []string
+}
+
+// world is one backend under faults: its ticket servers, the proxies between them and the two replicas,
+// the replicas, and everything the run records of them.
+type world struct {
+	cfg     Config
+	log     *slog.Logger
+	backend string
+	servers ticketServers
+
+	toxi *toxiproxy.ApiServer
+	// proxies[r][i] sits between replica r and server i.
+	proxies  [2][2]*toxiproxy.Proxy
+	rec      recorder
+	attempts attempts
+	degraded atomic.Bool
+
+	ports  [2]*port      // each replica's address, kept across its restarts
+	before map[int]int64 // each server's counter when the clients started
+
+	mu       sync.Mutex
+	replicas [2]*replica    // nil while stopped
+	index    map[string]int // the servers' names, as the replicas' backends give them, to their index
+	// resets are the counter values an operator's action moved each server's counter to (a repair, a
+	// start advance); advances are the start advances.
+	resets    map[int][]int64
+	advances  []advance
+	clients   []*drawer
+	faultsRun []FaultResult
+}
+
+func newWorld(cfg Config, backend string) *world {
+	w := &world{cfg: cfg, backend: backend, log: cfg.Logger.With("backend", backend), index: map[string]int{}, resets: map[int][]int64{}}
+	switch backend {
+	case BackendMySQL:
+		w.servers = &mysqlServers{cfg: cfg, log: w.log}
+	case BackendRedis:
+		w.servers = &redisServers{cfg: cfg, log: w.log}
+	}
+	return w
+}
+
+// label names server i in fault names and details.
+func label(i int) string { return string(rune('a' + i)) }
+
+// prepare starts the servers, the proxies and both replicas, creates the namespace and reads the
+// counters the run starts from.
+func (w *world) prepare(ctx context.Context) error {
+	if err := w.servers.start(ctx); err != nil {
+		return err
+	}
+	if err := w.startProxies(); err != nil {
+		return err
+	}
+	for r := range 2 {
+		p, err := openPort()
+		if err != nil {
+			return err
+		}
+		w.ports[r] = p
+	}
+	for r := range 2 {
+		if err := w.startReplica(ctx, r, []int{0, 1}); err != nil {
+			return err
+		}
+	}
+	// Small blocks: the clients refill often, so the faults meet many leases.
+	if _, err := w.replica(0).backend.CreateNamespace(ctx, allocator.Namespace{Name: Namespace, BlockSize: 100, MaxBlockSize: 2000}); err != nil && !errors.Is(err, allocator.ErrExists) {
+		return err
+	}
+	before, err := w.counters(ctx)
+	if err != nil {
+		return err
+	}
+	w.before = before
+	return nil
+}
+
+// run draws IDs with the clients while the schedule runs, until ctx ends.
+func (w *world) run(ctx context.Context) error {
+	urls := []string{w.ports[0].url(), w.ports[1].url()}
+	clients := make([]*drawer, w.cfg.Clients)
+	for i := range clients {
+		c, err := client.New(client.HTTP(urls...), Namespace, client.WithToken(adminToken),
+			client.WithRequestTimeout(2*time.Second), client.WithMaxWait(15*time.Second),
+			client.WithBackoff(20*time.Millisecond, time.Second))
+		if err != nil {
+			for _, d := range clients[:i] {
+				_ = d.c.Close()
+			}
+			return err
+		}
+		clients[i] = &drawer{c: c, degraded: &w.degraded}
+	}
+	w.mu.Lock()
+	w.clients = clients
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range clients {
+		wg.Go(func() { d.draw(ctx, w.cfg.Rate/float64(w.cfg.Clients)) })
+	}
+	faults := w.schedule(ctx)
+	wg.Wait()
+	for _, d := range clients {
+		_ = d.c.Close()
+	}
+	w.mu.Lock()
+	w.faultsRun = faults
+	w.mu.Unlock()
+	return nil
+}
+
+// drawn is how many IDs the clients have drawn so far.
+func (w *world) drawn() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var n int64
+	for _, d := range w.clients {
+		n += d.count.Load()
+	}
+	return n
+}
+
+func (w *world) startProxies() error {
+	w.toxi = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	for r := range 2 {
+		for i, addr := range w.servers.addrs() {
+			port, err := testservers.FreePort()
+			if err != nil {
+				return err
+			}
+			p := toxiproxy.NewProxy(w.toxi, fmt.Sprintf("%s-r%d-%s", w.backend, r+1, label(i)), fmt.Sprintf("127.0.0.1:%d", port), addr)
+			if err := p.Start(); err != nil {
+				return fmt.Errorf("chaos: proxy to %s: %w", addr, err)
+			}
+			w.proxies[r][i] = p
+		}
+	}
+	return nil
+}
+
+// replica returns replica r, nil while it is stopped.
+func (w *world) replica(r int) *replica {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.replicas[r]
+}
+
+// running returns the replicas that run, by number.
+func (w *world) running() map[int]*replica {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[int]*replica{}
+	for r, rep := range w.replicas {
+		if rep != nil {
+			out[r] = rep
+		}
+	}
+	return out
+}
+
+func (w *world) close() {
+	for r := range 2 {
+		w.stopReplica(r)
+		if w.ports[r] != nil {
+			w.ports[r].close()
+		}
+	}
+	for r := range 2 {
+		for i := range 2 {
+			if p := w.proxies[r][i]; p != nil {
+				p.Stop()
+			}
+		}
+	}
+	w.servers.close()
+}
+
+// indexOf is the server a name given by a replica's backend stands for.
+func (w *world) indexOf(name string) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i, ok := w.index[name]
+	return i, ok
+}
+
+// health is server i as replica r sees it; ok is false when r is stopped.
+func (w *world) health(r, i int) (allocator.ServerHealth, bool) {
+	rep := w.replica(r)
+	if rep == nil {
+		return allocator.ServerHealth{}, false
+	}
+	for _, h := range rep.backend.Health() {
+		if j, ok := w.indexOf(h.Name); ok && j == i {
+			return h, true
+		}
+	}
+	return allocator.ServerHealth{}, false
+}
+
+// refused reports whether a health says the server was refused for its settings.
+func refused(h allocator.ServerHealth) bool {
+	return !h.Healthy && strings.Contains(h.Error, allocator.ErrMisconfigured.Error())
+}
+
+// everywhere reports whether every running replica sees server i as cond wants.
+func (w *world) everywhere(i int, cond func(allocator.ServerHealth) bool) bool {
+	for r := range w.running() {
+		if h, ok := w.health(r, i); !ok || !cond(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitUntil polls cond until it holds or limit passes, and reports whether it held.
+func waitUntil(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// Bounds on what a fault waits for. A server back from a restart is in rotation within a probe
+// interval of its replicas; a restored one is fenced by the next lease or water-mark round.
+const (
+	healthyWithin = 30 * time.Second
+	fencedWithin  = 20 * time.Second
+)
+
+// backInRotation waits until every running replica has server i in rotation.
+func (w *world) backInRotation(i int) error {
+	if !waitUntil(healthyWithin, func() bool { return w.everywhere(i, func(h allocator.ServerHealth) bool { return h.Healthy }) }) {
+		return fmt.Errorf("server %s not back in rotation in every replica within %s", label(i), healthyWithin)
+	}
+	return nil
+}
+
+// counters reads each server's counter for the namespace, from a replica that has both in rotation.
+func (w *world) counters(ctx context.Context) (map[int]int64, error) {
+	var last error
+	for range 300 {
+		for _, rep := range w.running() {
+			ns, err := rep.backend.Namespace(ctx, Namespace)
+			if err != nil {
+				last = err
+				continue
+			}
+			out := map[int]int64{}
+			for _, s := range ns.Servers {
+				if i, ok := w.indexOf(s.Server); ok && s.Healthy {
+					out[i] = s.Next
+				}
+			}
+			if len(out) == 2 {
+				return out, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("chaos: %s: could not read both servers' counters: %v", w.backend, last)
+}
+
+// attempts counts lease attempts on the ticket servers that failed, and failovers.
+type attempts struct{ failed, failovers atomic.Int64 }
+
+func (a *attempts) ObserveLease(_ string, _ time.Duration, err error) {
+	if err != nil {
+		a.failed.Add(1)
+	}
+}
+
+func (a *attempts) ObserveFailover(string) { a.failovers.Add(1) }
+
+// drawer is one SDK client drawing at a steady rate.
+type drawer struct {
+	c        *client.Client
+	degraded *atomic.Bool
+	count    atomic.Int64
+
+	ids                      []int64
+	degradedCalls, degradeOK int64
+	errors                   int64
+	longest                  time.Duration
+}
+
+// maxOwed is how far behind its rate a drawer may fall and still catch up: a goroutine the scheduler
+// ran late, or a call that waited a moment, is made up for; a long stall is not (its calls would come
+// as one burst).
+const maxOwed = time.Second
+
+// draw calls Next at rate until ctx ends. Calls are owed by the clock, not by the ticks seen: a tick
+// missed while the goroutine waited for a CPU or a call does not lower the rate.
+func (d *drawer) draw(ctx context.Context, rate float64) {
+	const tick = 10 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	start := time.Now()
+	var made int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		due := int64(rate*time.Since(start).Seconds()) - made
+		if limit := int64(rate * maxOwed.Seconds()); due > limit {
+			made, due = made+due-limit, limit
+		}
+		for ; due > 0; due-- {
+			made++
+			degraded := d.degraded.Load()
+			begin := time.Now()
+			id, err := d.c.Next(ctx)
+			took := time.Since(begin)
+			if ctx.Err() != nil {
+				return // the run ended during the call: neither a success nor a failure
+			}
+			d.longest = max(d.longest, took)
+			if degraded {
+				d.degradedCalls++
+			}
+			if err != nil {
+				d.errors++
+				continue
+			}
+			if degraded {
+				d.degradeOK++
+			}
+			d.ids = append(d.ids, id)
+			d.count.Add(1)
+		}
+	}
+}
+
+// recorded is a block a ticket server issued, and the epoch its lease began in (see advance).
+type recorded struct {
+	allocator.Block
+	epoch int64
+}
+
+// recorder wraps each replica's backend and records every block the ticket servers issue, so that every
+// ID drawn can be traced to a block and its server's parity. Safe for concurrent use.
+type recorder struct {
+	epoch atomic.Int64 // raised by each start advance
+
+	mu  sync.Mutex
+	all []recorded
+}
+
+func (r *recorder) lease(lease func() (allocator.Block, error)) (allocator.Block, error) {
+	epoch := r.epoch.Load()
+	b, err := lease()
+	if err == nil {
+		r.mu.Lock()
+		r.all = append(r.all, recorded{Block: b, epoch: epoch})
+		r.mu.Unlock()
+	}
+	return b, err
+}
+
+func (r *recorder) blocks() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recorded(nil), r.all...)
+}
+
+// highest is the highest ID of any block recorded.
+func (r *recorder) highest() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var h int64
+	for _, b := range r.all {
+		h = max(h, lastOf(b.Block))
+	}
+	return h
+}
+
+func (r *recorder) wrap(b leaser) *recordingBackend { return &recordingBackend{leaser: b, rec: r} }
+
+// recordingBackend is a backend whose leases are recorded.
+type recordingBackend struct {
+	leaser
+	rec *recorder
+}
+
+var (
+	_ allocator.Backend        = (*recordingBackend)(nil)
+	_ server.PreferLeaser      = (*recordingBackend)(nil)
+	_ allocator.HealthReporter = (*recordingBackend)(nil)
+)
+
+func (p *recordingBackend) Lease(ctx context.Context, ns string, size int64) (allocator.Block, error) {
+	return p.rec.lease(func() (allocator.Block, error) { return p.leaser.Lease(ctx, ns, size) })
+}
+
+func (p *recordingBackend) LeaseFrom(ctx context.Context, ns string, size int64, prefer string) (allocator.Block, error) {
+	return p.rec.lease(func() (allocator.Block, error) { return p.leaser.LeaseFrom(ctx, ns, size, prefer) })
+}
