@@ -35,7 +35,8 @@ if (($# == 0)); then
   # Every fuzz target, briefly, on top of its kept corpus (testdata/fuzz).
   stage fuzz scripts/fuzz.sh "${TICKETD_FUZZTIME:-20000x}"
   # The chaos run, short form: ≥1M IDs through two replicas while servers are killed, restored and
-  # reconfigured and the network misbehaves; it exits non-zero on any duplicate or parity violation.
+  # reconfigured and the network misbehaves; it exits non-zero on any duplicate or parity violation,
+  # and when a restored server is not fenced.
   stage chaos go run ./cmd/ticketd chaos --duration "${TICKETD_CHAOS_DURATION:-60s}" --min-ids 1000000
 fi
 if ((${#failed[@]})); then

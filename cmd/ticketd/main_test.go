@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -192,5 +194,29 @@ func TestChaosIgnoresTheEnvironment(t *testing.T) {
 	}
 	if c := m.cmd.(*chaosCmd); c.mysql != "" {
 		t.Fatalf("chaos took --mysql %q from the environment", c.mysql)
+	}
+}
+
+// TestChaosRefusesBadBackends: the backends are checked before any server starts.
+func TestChaosRefusesBadBackends(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--backends", "mysql,oracle"}, `unknown backend "oracle"`},
+		{[]string{"--backends", " , "}, "names no backend"},
+		{[]string{"--backends", "redis", "--mysql", "root@tcp(127.0.0.1:1)/ticketd"}, "leaves out"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			m := &Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+			if err := m.ParseFlags(context.Background(), append([]string{"chaos"}, c.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := m.Run(context.Background())
+			var ue usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Run: %v, want a usage error saying %q", err, c.want)
+			}
+		})
 	}
 }
