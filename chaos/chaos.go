@@ -30,7 +30,7 @@ var Backends = []string{BackendMySQL, BackendRedis}
 // Config configures a run. The zero value of each field means its default.
 type Config struct {
 	// Backends names the backends to run, each as a world of its own with its servers, two replicas,
-	// clients and checks, all at once. Default: BackendMySQL.
+	// clients and checks, all at once. Default: every one of Backends.
 	Backends []string
 	// MySQL are the DSNs of ticket servers the run does not own, odd first; empty starts a throwaway
 	// MariaDB pair in Dir. With MySQL set, KillCmd and StartCmd stop and start server i (sh -c, with
@@ -56,7 +56,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if len(c.Backends) == 0 {
-		c.Backends = []string{BackendMySQL}
+		c.Backends = slices.Clone(Backends)
 	}
 	if c.Duration <= 0 {
 		c.Duration = 60 * time.Second

@@ -11,12 +11,13 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
-// TestShortChaosRun runs the whole fault schedule briefly, on a throwaway pair of its own, and checks
-// the summary: no duplicate, no parity or start violation, every fault was applied and met leases, and
-// each restore was fenced and each misconfiguration refused. It is long enough for the schedule's
-// server restarts, which take seconds each.
+// TestShortChaosRun runs the whole fault schedule briefly on both backends, on throwaway servers of its
+// own, and checks the summary: no duplicate, no parity or start violation, every fault was applied and
+// met leases, and each restore was fenced and each misconfiguration refused. It is long enough for the
+// schedule's server restarts, which take seconds each.
 func TestShortChaosRun(t *testing.T) {
 	testenv.RequireMariaDB(t)
+	testenv.RequireRedis(t)
 	sum, err := chaos.Run(context.Background(), chaos.Config{Dir: testenv.ShortTempDir(t), Duration: 45 * time.Second,
 		Clients: 16, MinIDs: 30_000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -26,18 +27,30 @@ func TestShortChaosRun(t *testing.T) {
 	if err := sum.OK(30_000); err != nil {
 		t.Fatal(err)
 	}
-	expected := map[string]int{}
+	faults, expected := map[string]int{}, map[string]map[string]int{chaos.BackendMySQL: {}, chaos.BackendRedis: {}}
 	for _, f := range sum.Faults {
 		if !f.Applied {
-			t.Errorf("fault %q not applied: %s %s", f.Name, f.Error, f.Detail)
+			t.Errorf("%s: fault %q not applied: %s %s", f.Backend, f.Name, f.Error, f.Detail)
 		}
-		expected[f.Expect]++
+		faults[f.Backend]++
+		expected[f.Backend][f.Expect]++
 	}
-	if len(sum.Faults) != 13 {
-		t.Fatalf("%d faults, want the 13 of the schedule: %+v", len(sum.Faults), sum.Faults)
+	if faults[chaos.BackendMySQL] != 13 || faults[chaos.BackendRedis] != 10 {
+		t.Fatalf("faults by backend %v, want the 13 of the MariaDB schedule and the 10 of the Redis one: %+v", faults, sum.Faults)
 	}
-	if expected[chaos.ExpectFenced] != 2 || expected[chaos.ExpectRefused] != 1 || expected[chaos.ExpectStart] != 1 {
-		t.Fatalf("faults by expectation %v, want 2 restores fenced, 1 misconfiguration refused, 1 start advance", expected)
+	want := map[string]map[string]int{ // restores fenced, misconfigurations refused, start advances
+		chaos.BackendMySQL: {chaos.ExpectFenced: 2, chaos.ExpectRefused: 1, chaos.ExpectStart: 1},
+		chaos.BackendRedis: {chaos.ExpectFenced: 1, chaos.ExpectRefused: 1, chaos.ExpectStart: 1},
+	}
+	for b, w := range want {
+		for e, n := range w {
+			if expected[b][e] != n {
+				t.Fatalf("%s: faults by expectation %v, want %v", b, expected[b], w)
+			}
+		}
+	}
+	if len(sum.Backends) != 2 {
+		t.Fatalf("figures of %d backends, want both: %+v", len(sum.Backends), sum.Backends)
 	}
 	if sum.FailedAttempts == 0 || sum.Blocks < 50 {
 		t.Fatalf("the faults met no lease (failed attempts %d, blocks %d): the run proves nothing", sum.FailedAttempts, sum.Blocks)

@@ -14,13 +14,6 @@ import (
 	"github.com/ticketd/ticketd/internal/testservers"
 )
 
-// redisFences reports whether the Redis backend fences an instance that went back in time and can
-// repair it: only then must a wiped instance be fenced.
-func redisFences() bool {
-	_, ok := any((*redis.Store)(nil)).(allocator.Repairer)
-	return ok
-}
-
 // redisServers is two throwaway Redis instances (append-only file, fsync always) the run owns.
 type redisServers struct {
 	cfg    Config
@@ -79,7 +72,7 @@ func (s *redisServers) close() {
 // faults: an instance that lost its data, and a replica restarted with the instances listed in the
 // other order.
 func (s *redisServers) faults(w *world) []fault {
-	wiped := fault{name: "Redis b's data lost (killed, its append-only files deleted, started empty)",
+	wiped := fault{name: "Redis b's data lost (killed, its append-only files deleted, started empty)", expect: ExpectFenced,
 		apply: func(ctx context.Context, _ *FaultResult) error {
 			if err := s.inst[1].Kill(); err != nil {
 				return err
@@ -91,16 +84,7 @@ func (s *redisServers) faults(w *world) []fault {
 			}
 			return w.servers.restart(ctx, 1)
 		},
-		revert: func(ctx context.Context, res *FaultResult) error {
-			if redisFences() {
-				return w.repairFenced(ctx, 1, res)
-			}
-			res.Detail = "the Redis backend cannot fence an instance yet, so this fault is not required to"
-			return nil
-		}}
-	if redisFences() {
-		wiped.expect = ExpectFenced
-	}
+		revert: func(ctx context.Context, res *FaultResult) error { return w.repairFenced(ctx, 1, res) }}
 	return []fault{
 		at(slotSettings, wiped),
 		at(slotRestoreCold, fault{name: "replica 2 restarted with the Redis instances in the other order while Redis a is down", expect: ExpectRefused,

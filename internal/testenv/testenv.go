@@ -162,6 +162,15 @@ func RequireMariaDB(t testing.TB) {
 	haveMariaDB(t)
 }
 
+// RequireRedis fails (or skips, outside the harness) a test that starts Redis instances of its own when
+// redis-server is missing.
+func RequireRedis(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		missing(t, "redis-server")
+	}
+}
+
 func haveMariaDB(t testing.TB) {
 	t.Helper()
 	for _, bin := range []string{"mariadbd", "mariadb-install-db"} {
@@ -220,9 +229,7 @@ func PrivatePair(t testing.TB) [2]*testservers.MariaDB {
 // PrivateRedis starts a throwaway Redis of the test's own.
 func PrivateRedis(t testing.TB, opts testservers.RedisOptions) *testservers.Redis {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		missing(t, "redis-server")
-	}
+	RequireRedis(t)
 	if opts.Dir == "" {
 		opts.Dir = ShortTempDir(t)
 	}
