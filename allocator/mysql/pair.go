@@ -192,7 +192,9 @@ func (p *Pair) crossCheck(candidate *server, v serverVars) error {
 		if s == candidate {
 			continue
 		}
-		if c := s.view(); c != nil {
+		if c := s.view(); c != nil && candidate != nil {
+			list = append(list, namedVars{s.Name() + " (as it last passed its checks)", *c})
+		} else if c != nil {
 			list = append(list, namedVars{s.Name(), *c})
 		} else if seen, ok := s.vars(); ok && candidate == nil {
 			list = append(list, namedVars{s.Name(), seen})
