@@ -32,10 +32,10 @@ func init() {
 		new: func() command { return &nsListCmd{} }})
 }
 
+// printJSON writes v as one line of JSON, the bytes the HTTP API answers with: one result a line is
+// what jq and log pipelines read (`| jq .` indents it for a person).
 func (m *Main) printJSON(v any) error {
-	enc := json.NewEncoder(m.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return json.NewEncoder(m.Stdout).Encode(v)
 }
 
 func oneArg(args []string, what string) (string, error) {

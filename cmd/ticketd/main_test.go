@@ -81,6 +81,9 @@ func TestNamespaceCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &ns) != nil || ns.BlockSize != 50 || ns.LeaseTTL != "10m0s" || ns.Start != "5000" {
 		t.Fatalf("get: exit %d, %s", code, out)
 	}
+	if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "}\n") {
+		t.Fatalf("get printed %q, want one line of JSON", out)
+	}
 	out, _, code = run(t, nil, "lease", "--data-dir", dir, "orders")
 	if b := decodeBlock(t, out); code != 0 || b.Start != "5000" || b.Size != 50 || b.ExpiresAt == nil {
 		t.Fatalf("lease: %+v", b)
