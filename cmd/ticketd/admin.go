@@ -20,7 +20,7 @@ func init() {
 	register(commandInfo{name: "lease", args: "NAMESPACE",
 		summary: "Lease one block of IDs and print it as JSON (IDs as strings), the same shape as the HTTP API's block.",
 		new:     func() command { return &leaseCmd{} }})
-	register(commandInfo{name: "namespace", args: "create|get|list ...", summary: "Manage namespaces: create, get, list.",
+	register(commandInfo{name: "namespace", args: "COMMAND ...", summary: "Manage namespaces, the independent ID sequences.",
 		new: func() command { return &namespaceHelpCmd{} }})
 	register(commandInfo{name: "namespace create", args: "NAME",
 		summary: "Create a namespace (an independent ID sequence) on every ticket server.",
@@ -113,7 +113,7 @@ type namespaceHelpCmd struct{}
 
 func (c *namespaceHelpCmd) flags(*flag.FlagSet) {}
 func (c *namespaceHelpCmd) run(context.Context, *Main, []string) error {
-	return usagef("want namespace create, get or list")
+	return usagef("want a command: %s", orList("namespace", subcommands("namespace")))
 }
 
 type nsCreateCmd struct {
@@ -125,9 +125,9 @@ type nsCreateCmd struct {
 
 func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
-	fs.Var(int64Flag{&c.blockSize, 0, allocator.MaxBlockSizeLimit}, "block-size", fmt.Sprintf("default lease size (0: %d)", allocator.DefaultBlockSize))
-	fs.Var(int64Flag{&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit}, "max-block-size", fmt.Sprintf("largest lease (0: %d)", allocator.DefaultMaxBlockSize))
-	fs.Var(int64Flag{&c.start, 0, math.MaxInt64}, "start", "lowest ID to issue, to begin above IDs a table already has (0: 1)")
+	fs.Var(int64Flag{&c.blockSize, 0, allocator.MaxBlockSizeLimit}, "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
+	fs.Var(int64Flag{&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit}, "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
+	fs.Var(int64Flag{&c.start, 0, math.MaxInt64}, "start", "lowest `ID` to issue, to begin above IDs a table already has (0: 1)")
 	fs.DurationVar(&c.ttl, "lease-ttl", 0, "how long a leased block may be used; 0 means forever")
 	fs.BoolVar(&c.existsOK, "exists-ok", false, "succeed when the namespace exists already (its settings are left as they are)")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,57 @@ func describeEnv(fs *flag.FlagSet) {
 			f.Usage += " ($" + name + ")"
 		}
 	})
+}
+
+// explainedValue is a flag value whose parse error says what form the value takes: the flag package
+// says only "parse error".
+type explainedValue struct {
+	flag.Value
+	want string
+}
+
+func (v explainedValue) Set(s string) error {
+	if err := v.Value.Set(s); err != nil {
+		return errors.New("want " + v.want)
+	}
+	return nil
+}
+
+func (v explainedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// explainValues wraps the duration, bool and number flags of fs in explainedValue, and returns a
+// function that puts the originals back (flag.PrintDefaults names a flag's type from its own value).
+func explainValues(fs *flag.FlagSet) (restore func()) {
+	var wrapped []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		var want string
+		switch g.Get().(type) {
+		case time.Duration:
+			want = "a duration with a unit, like 10m, 1h30m or 500ms"
+		case bool:
+			want = "true or false"
+		case int, int64, uint, uint64:
+			want = "a whole number"
+		case float64:
+			want = "a number"
+		default:
+			return
+		}
+		f.Value = explainedValue{f.Value, want}
+		wrapped = append(wrapped, f)
+	})
+	return func() {
+		for _, f := range wrapped {
+			f.Value = f.Value.(explainedValue).Value
+		}
+	}
 }
 
 // backendFlags choose and open the ticket backend: the MySQL pair when --mysql is given, Redis

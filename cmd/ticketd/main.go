@@ -39,6 +39,7 @@ type Main struct {
 	Getenv func(string) string
 
 	cmd     command
+	name    string // the command being run ("lease", "namespace create"), for where to find its help
 	args    []string
 	closers []func() error
 }
@@ -98,25 +99,28 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 		m.usage()
 		return usagef("unknown command %q", name)
 	}
-	if name == "namespace" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
-		sub, ok := commands["namespace "+args[1]]
+	m.name = name
+	if subs := subcommands(name); len(subs) > 0 && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		sub, ok := commands[name+" "+args[1]]
 		if !ok {
-			return usagef("unknown command %q (want namespace create, get, list or adopt)", "namespace "+args[1])
+			return usagef("unknown command %q (want %s)", name+" "+args[1], orList(name, subs))
 		}
-		info, name, args = sub, "namespace "+args[1], args[1:]
+		info, name, args = sub, name+" "+args[1], args[1:]
+		m.name = name
 	}
 	cmd := info.new()
 	fs := flag.NewFlagSet("ticketd "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse errors are reported once, by exitCode
 	cmd.flags(fs)
-	if _, exempt := cmd.(noEnvFallback); !exempt {
+	_, exempt := cmd.(noEnvFallback)
+	if !exempt {
 		describeEnv(fs)
 	}
+	restore := explainValues(fs)
 	if err := fs.Parse(interleave(fs, args[1:])); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(m.Stderr, "usage: ticketd %s [flags] %s\n\n%s\n\nFlags (each also read from the environment variable shown):\n", name, info.args, info.summary)
-			fs.SetOutput(m.Stderr)
-			fs.PrintDefaults()
+			restore() // the help names each flag's type from its own value
+			m.help(fs, name, info, !exempt)
 			return errHelp
 		}
 		return usagef("%s: %v", name, err)
@@ -189,7 +193,11 @@ func (m *Main) exitCode(err error) int {
 	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(m.Stderr, "ticketd: %s (see ticketd --help)\n", ue.msg)
+		help := "ticketd --help" // lists the commands
+		if m.name != "" {
+			help = "ticketd " + m.name + " --help" // lists the command's flags
+		}
+		fmt.Fprintf(m.Stderr, "ticketd: %s (see %s)\n", ue.msg, help)
 		return 2
 	default:
 		fmt.Fprintf(m.Stderr, "ticketd: %s%s\n", oneLine(err), hint(err))
@@ -230,6 +238,57 @@ func (m *Main) usage() {
 		fmt.Fprintf(m.Stderr, "  %-18s %s\n", n, firstSentence(c.summary))
 	}
 	fmt.Fprintln(m.Stderr, "\nRun `ticketd COMMAND --help` for a command's flags.")
+}
+
+// help prints a command's usage: its summary, its subcommands if it has any, and its flags if it has any.
+func (m *Main) help(fs *flag.FlagSet, name string, info commandInfo, env bool) {
+	flags := 0
+	fs.VisitAll(func(*flag.Flag) { flags++ })
+	usage := "ticketd " + name
+	if flags > 0 {
+		usage += " [flags]"
+	}
+	if info.args != "" {
+		usage += " " + info.args
+	}
+	fmt.Fprintf(m.Stderr, "usage: %s\n\n%s\n", usage, info.summary)
+	if subs := subcommands(name); len(subs) > 0 {
+		fmt.Fprintln(m.Stderr, "\nCommands:")
+		for _, sub := range subs {
+			fmt.Fprintf(m.Stderr, "  %-18s %s\n", name+" "+sub, firstSentence(commands[name+" "+sub].summary))
+		}
+		fmt.Fprintf(m.Stderr, "\nRun `ticketd %s COMMAND --help` for a command's flags.\n", name)
+	}
+	if flags == 0 {
+		return
+	}
+	if env {
+		fmt.Fprintln(m.Stderr, "\nFlags (each also read from the environment variable shown):")
+	} else {
+		fmt.Fprintln(m.Stderr, "\nFlags (read from the command line only):")
+	}
+	fs.SetOutput(m.Stderr)
+	fs.PrintDefaults()
+}
+
+// subcommands returns the sorted names of the commands under name: "namespace" has create, get, ….
+func subcommands(name string) []string {
+	var out []string
+	for n := range commands {
+		if sub, ok := strings.CutPrefix(n, name+" "); ok {
+			out = append(out, sub)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// orList writes "namespace adopt, create, get or list".
+func orList(name string, subs []string) string {
+	if len(subs) == 1 {
+		return name + " " + subs[0]
+	}
+	return name + " " + strings.Join(subs[:len(subs)-1], ", ") + " or " + subs[len(subs)-1]
 }
 
 func firstSentence(s string) string {

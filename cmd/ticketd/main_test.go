@@ -114,6 +114,12 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 		{"missing namespace without auto-create", nil, []string{"lease", "--data-dir", dir, "--create-namespaces", "off", "nosuch"}, 1, "ticketd namespace create"},
 		{"bad create mode", nil, []string{"lease", "--data-dir", dir, "--create-namespaces", "maybe", "x"}, 2, "must be on, off or auto"},
 		{"bad env duration", map[string]string{"TICKETD_LEASE_TIMEOUT": "soon"}, []string{"lease", "x"}, 2, "TICKETD_LEASE_TIMEOUT"},
+		{"duration without a unit", nil, []string{"namespace", "create", "--data-dir", dir, "--lease-ttl", "5", "x"}, 2,
+			`invalid value "5" for flag -lease-ttl: want a duration with a unit, like 10m, 1h30m or 500ms`},
+		{"env duration without a unit", map[string]string{"TICKETD_LEASE_TIMEOUT": "5"}, []string{"lease", "x"}, 2,
+			`TICKETD_LEASE_TIMEOUT="5": want a duration with a unit, like 10m, 1h30m or 500ms`},
+		{"env bool", map[string]string{"TICKETD_AUTO_MIGRATE": "yes"}, []string{"lease", "x"}, 2, `TICKETD_AUTO_MIGRATE="yes": want true or false`},
+		{"number", nil, []string{"bench", "--rows", "many"}, 2, `invalid value "many" for flag -rows: want a whole number`},
 		{"bad timeout", nil, []string{"lease", "--data-dir", dir, "--lease-timeout", "1ns", "x"}, 2, "between 10ms and 10m"},
 		{"bad settings", nil, []string{"namespace", "create", "--data-dir", dir, "--block-size", "10", "--max-block-size", "5", "y"}, 2, "block_size 10 must be between 1 and max_block_size 5"},
 		{"unknown namespace subcommand", nil, []string{"namespace", "drop", "x"}, 2, "namespace drop"},
@@ -131,6 +137,62 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 				t.Fatalf("stderr %q, want one line saying %q", errOut, tt.want)
 			}
 		})
+	}
+}
+
+// TestErrorsPointToTheCommandsHelp: a usage error names the help that lists what was wrong — the
+// command's own, where its flags are, or the list of commands.
+func TestErrorsPointToTheCommandsHelp(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		help string
+	}{
+		{[]string{"frobnicate"}, "(see ticketd --help)"},
+		{nil, "(see ticketd --help)"},
+		{[]string{"lease"}, "(see ticketd lease --help)"},
+		{[]string{"lease", "--size", "3", "x"}, "(see ticketd lease --help)"},
+		{[]string{"namespace", "create", "--lease-ttl", "5", "x"}, "(see ticketd namespace create --help)"},
+		{[]string{"namespace"}, "(see ticketd namespace --help)"},
+		{[]string{"namespace", "drop", "x"}, "(see ticketd namespace --help)"},
+		{[]string{"repair", "x", "--mysql", "root@tcp(127.0.0.1:1)/x"}, "(see ticketd repair --help)"},
+	} {
+		_, errOut, code := run(t, nil, tt.args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if last := lines[len(lines)-1]; code != 2 || !strings.HasSuffix(last, tt.help) {
+			t.Errorf("%v: exit %d, last line %q; want 2 ending %q", tt.args, code, last, tt.help)
+		}
+	}
+}
+
+// TestHelpText: namespace --help lists every namespace command and no empty flag list; flag lines show
+// a placeholder that names the value, and no Markdown quotes.
+func TestHelpText(t *testing.T) {
+	_, errOut, code := run(t, nil, "namespace", "--help")
+	if code != 0 || strings.Contains(errOut, "Flags") {
+		t.Fatalf("namespace --help: exit %d, a flag list for a command that has none:\n%s", code, errOut)
+	}
+	for _, sub := range []string{"adopt", "create", "get", "list"} {
+		if !strings.Contains(errOut, "  namespace "+sub+" ") {
+			t.Errorf("namespace --help does not list namespace %s:\n%s", sub, errOut)
+		}
+	}
+	if _, errOut, _ := run(t, nil, "namespace"); !strings.Contains(errOut, "namespace adopt, create, get or list") {
+		t.Errorf("namespace alone: %s", errOut)
+	}
+	for name := range commands {
+		_, errOut, code := run(t, nil, append(strings.Fields(name), "--help")...)
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d", name, code)
+		}
+		_, flags, _ := strings.Cut(errOut, "\nFlags")
+		if strings.Contains(flags, "`") {
+			t.Errorf("%s --help shows a backquote in its flags:\n%s", name, flags)
+		}
+	}
+	for cmd, want := range map[string]string{"repair": "-server HOST:PORT", "namespace create": "-start ID", "namespace adopt": "-margin IDS", "serve": "-cache-min IDS"} {
+		if _, errOut, _ := run(t, nil, append(strings.Fields(cmd), "--help")...); !strings.Contains(errOut, "  "+want+"\n") {
+			t.Errorf("%s --help lacks %q:\n%s", cmd, want, errOut)
+		}
 	}
 }
 

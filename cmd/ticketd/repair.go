@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register(commandInfo{name: "repair", args: "NAMESPACE --server NAME",
+	register(commandInfo{name: "repair", args: "NAMESPACE --server HOST:PORT",
 		summary: "Advance a fenced ticket server's counter past the high-water mark its peers recorded, plus a margin, so that it serves again. " +
 			"A server is fenced when its counter went back (a restore from an old backup, a dump reloaded, a lost disk); check why before repairing. " +
 			"A server that is not fenced is refused unless --force.",
@@ -26,8 +26,8 @@ type repairCmd struct {
 
 func (c *repairCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
-	fs.StringVar(&c.server, "server", "", "the fenced ticket server, by `name` (host:port, as /readyz and `ticketd namespace get` show it)")
-	fs.Var(int64Flag{&c.margin, 0, math.MaxInt64 / 4}, "margin", "IDs to skip beyond the water mark, for leases after the last mark was written (0: sized from the lease rate recorded with the marks, at least 10 blocks of max_block_size)")
+	fs.StringVar(&c.server, "server", "", "the fenced ticket server, by its `HOST:PORT` name, as /readyz and 'ticketd namespace get' show it")
+	fs.Var(int64Flag{&c.margin, 0, math.MaxInt64 / 4}, "margin", "how many `IDS` to skip beyond the water mark, for leases after the last mark was written (0: sized from the lease rate recorded with the marks, at least 10 blocks of max_block_size)")
 	fs.BoolVar(&c.force, "force", false, "advance the counter even though the server is not fenced for the namespace")
 }
 

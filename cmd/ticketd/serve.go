@@ -74,8 +74,8 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	fs.BoolVar(&c.cache, "cache", true, "serve blocks from segments leased ahead (set --cache=false to lease every block from the ticket servers)")
 	fs.DurationVar(&c.cacheTarget, "cache-target", 10*time.Second, "how long a cached segment should last; its size adapts to the rate")
-	fs.Var(int64Flag{&c.cacheMin, 1, allocator.MaxBlockSizeLimit}, "cache-min", "smallest cached segment, in IDs (default 10000)")
-	fs.Var(int64Flag{&c.cacheMax, 1, allocator.MaxBlockSizeLimit}, "cache-max", "largest cached segment, in IDs, also bounded by the namespace's max_block_size (default 16777216)")
+	fs.Var(int64Flag{&c.cacheMin, 1, allocator.MaxBlockSizeLimit}, "cache-min", "smallest cached segment, in `IDS` (default 10000)")
+	fs.Var(int64Flag{&c.cacheMax, 1, allocator.MaxBlockSizeLimit}, "cache-max", "largest cached segment, in `IDS`, also bounded by the namespace's max_block_size (default 16777216)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 0, "requests per second per token (per client address with --no-auth) on /v1; 0 means no limit")
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "requests a token may send at once above --rate-limit (0: the rate, at least 1)")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log every request (otherwise only failed ones)")
@@ -120,6 +120,9 @@ func (c *serveCmd) auth() (server.Auth, error) {
 }
 
 func (c *serveCmd) validate() error {
+	if err := checkListen(c.listen); err != nil {
+		return err
+	}
 	if err := c.backendFlags.validate(); err != nil {
 		return err
 	}
@@ -140,6 +143,19 @@ func (c *serveCmd) validate() error {
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return usagef("give both --tls-cert and --tls-key, or neither")
+	}
+	return nil
+}
+
+// checkListen refuses a --listen that is not HOST:PORT, before anything else is checked: a mistyped
+// address would otherwise be reported as whatever check came first.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return usagef("--listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:8080 (this machine only) or 0.0.0.0:8080 (every interface)", addr)
 	}
 	return nil
 }

@@ -597,6 +597,8 @@ func TestServeFlagMistakes(t *testing.T) {
 		args []string
 		want string
 	}{
+		{"listen address before the token", nil, []string{"serve", "--data-dir", dir, "--listen", "nonsense"}, `--listen "nonsense" is not an address to listen on: want HOST:PORT`},
+		{"listen port", nil, []string{"serve", "--no-auth", "--data-dir", dir, "--listen", "127.0.0.1:99999"}, "--listen"},
 		{"no token on a public address", nil, []string{"serve", "--data-dir", dir, "--listen", "0.0.0.0:0"}, "no token configured"},
 		{"no token with the pair", nil, []string{"serve", "--mysql", "root@tcp(127.0.0.1:1)/x"}, "no token configured"},
 		{"no-auth with a token", map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}, []string{"serve", "--no-auth", "--data-dir", dir}, "disabled but tokens"},
