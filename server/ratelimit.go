@@ -78,8 +78,12 @@ func (s *Server) checkRate(id identity) error {
 	if ok {
 		return nil
 	}
+	who := "this token"
+	if s.auth.disabled {
+		who = "this client address" // without authentication the bucket is the peer's address
+	}
 	e := errorf(http.StatusTooManyRequests, api.CodeRateLimited,
-		"more than %g requests per second for this token; retry after the Retry-After delay", float64(s.limiter.rate))
+		"more than %g requests per second for %s; retry after the Retry-After delay", float64(s.limiter.rate), who)
 	e.retryAfterSec = int(math.Ceil(wait.Seconds()))
 	return e
 }

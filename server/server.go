@@ -38,7 +38,8 @@ type Config struct {
 	// Cache tunes the segment cache, on by default.
 	Cache CacheConfig
 	// RateLimit is the requests per second allowed to each token (each client address without auth)
-	// on the /v1 routes; past it the answer is 429 with Retry-After. Zero means no limit.
+	// on the routes that take a token, /v1 and the status page; past it the answer is 429 with
+	// Retry-After. /healthz, /readyz, /metrics and /openapi.json are never limited. Zero means no limit.
 	RateLimit float64
 	// RateBurst is how many requests a token may send at once. Default max(1, RateLimit).
 	RateBurst int

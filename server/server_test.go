@@ -572,6 +572,36 @@ func TestRateLimitPerToken(t *testing.T) {
 	}
 }
 
+// TestRateLimitCoversTheTokenRoutes: the limit applies to every route that takes a token, the status
+// page included, and to none of the others; its message names what the bucket belongs to.
+func TestRateLimitCoversTheTokenRoutes(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.RateLimit, c.RateBurst = 0.01, 1 })
+	if w := s.do(t, request{method: "GET", path: "/", token: adminTok}); w.Code != 200 {
+		t.Fatalf("status page within the burst: %d", w.Code)
+	}
+	w := s.do(t, request{method: "GET", path: "/v1/namespaces", token: adminTok})
+	if e := decode[api.Error](t, w); w.Code != 429 || !strings.Contains(e.Error.Message, "for this token") {
+		t.Fatalf("the admin past its burst (the status page took it): %d %q", w.Code, e.Error.Message)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json"} {
+		for range 3 {
+			if w := s.do(t, request{method: "GET", path: path, token: adminTok}); w.Code != 200 {
+				t.Fatalf("%s with the admin's bucket empty: %d", path, w.Code)
+			}
+		}
+	}
+
+	open := newTestServer(t, func(c *Config) { c.Auth = Auth{Disabled: true}; c.RateLimit, c.RateBurst = 0.01, 1 })
+	if w := open.do(t, request{method: "GET", path: "/v1/namespaces/orders"}); w.Code != 200 {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	w = open.do(t, request{method: "GET", path: "/"})
+	e := decode[api.Error](t, w)
+	if w.Code != 429 || !strings.Contains(e.Error.Message, "for this client address") || strings.Contains(e.Error.Message, "token") {
+		t.Fatalf("without auth, past the burst: %d %q; want 429 naming the client address, not a token", w.Code, e.Error.Message)
+	}
+}
+
 func TestHealthAndReadiness(t *testing.T) {
 	s := newTestServer(t, nil)
 	if w := s.do(t, request{method: "GET", path: "/healthz"}); w.Code != 200 || w.Body.String() != `{"status":"ok"}` {
