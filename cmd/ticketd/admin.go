@@ -63,10 +63,9 @@ func (c *migrateCmd) run(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(m.Stdout, "the %s backend has no schema to migrate; give --mysql to migrate ticket servers\n", c.kind())
 		return nil
 	}
-	if err := c.validate(); err != nil {
-		return err
-	}
-	cfg := c.mysqlConfig(m.logger(), nil)
+	logger := m.logger()
+	c.routeClientLogs(logger)
+	cfg := c.mysqlConfig(logger, nil)
 	for _, dsn := range cfg.DSNs {
 		applied, err := mysql.MigrateDSN(ctx, dsn)
 		if err != nil {

@@ -193,22 +193,33 @@ func (b *backendFlags) redisConfig(logger *slog.Logger, obs allocator.Observer) 
 		Timeout: b.timeout, AttemptTimeout: b.attemptTimeout, Logger: logger, Observer: obs}
 }
 
+// routeClientLogs sends the chosen backend's client library logs (the MySQL driver's, go-redis's) to
+// logger, at debug level, before any connection is made: otherwise they print raw lines of their own
+// ("redis: … pool.go:…") ahead of ticketd's error, which says the same once and clearly.
+func (b *backendFlags) routeClientLogs(logger *slog.Logger) {
+	switch b.kind() {
+	case "mysql":
+		mysql.RouteDriverLogs(logger)
+	case "redis":
+		redis.RouteClientLogs(logger)
+	}
+}
+
 // open opens the chosen backend and registers it to be closed with m.
 func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, obs allocator.Observer) (allocator.Backend, error) {
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
+	b.routeClientLogs(logger)
 	var be allocator.Backend
 	switch b.kind() {
 	case "mysql":
-		mysql.RouteDriverLogs(logger)
 		p, err := mysql.Open(ctx, b.mysqlConfig(logger, obs))
 		if err != nil {
 			return nil, err
 		}
 		be = p
 	case "redis":
-		redis.RouteClientLogs(logger)
 		s, err := redis.Open(ctx, b.redisConfig(logger, obs))
 		if err != nil {
 			return nil, err

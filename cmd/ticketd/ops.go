@@ -37,17 +37,19 @@ func (c *doctorCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	logger := m.logger()
+	c.routeClientLogs(logger)
 	var problems []string
 	switch c.kind() {
 	case "mysql":
-		d, err := mysql.Diagnose(ctx, c.mysqlConfig(m.logger(), nil))
+		d, err := mysql.Diagnose(ctx, c.mysqlConfig(logger, nil))
 		if err != nil {
 			return err
 		}
 		printMySQLDiagnosis(m, d)
 		problems = d.Problems
 	case "redis":
-		d, err := redis.Diagnose(ctx, c.redisConfig(m.logger(), nil))
+		d, err := redis.Diagnose(ctx, c.redisConfig(logger, nil))
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -112,5 +115,40 @@ func TestRedisFlagMistakes(t *testing.T) {
 	_, errOut, _ := run(t, nil, "lease", "--help")
 	if !strings.Contains(errOut, "$TICKETD_REDIS") || !strings.Contains(errOut, "$TICKETD_ALLOW_VOLATILE_REDIS") {
 		t.Fatalf("help does not name the Redis flags' environment variables: %s", errOut)
+	}
+}
+
+// TestClientLogsDoNotPrecedeTheError: with the servers down, a command prints its own error and none of
+// the client libraries' raw log lines ("redis: … pool.go:…") before it. A process of its own: the
+// libraries' loggers are global, and this process's tests have set them already.
+func TestClientLogsDoNotPrecedeTheError(t *testing.T) {
+	port, err := testservers.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("127.0.0.1:%d", port) // nothing listens there
+	for _, args := range [][]string{
+		{"doctor", "--redis", down},
+		{"lease", "--redis", down, "x"},
+		{"namespace", "create", "--redis", down, "x"},
+		{"doctor", "--mysql", "root@tcp(" + down + ")/x"},
+		{"migrate", "--mysql", "root@tcp(" + down + ")/x"},
+	} {
+		cmd := exec.Command(ticketdBin, args...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("%v: %v, want exit 1\n%s", args, err, stderr.String())
+		}
+		for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+			if strings.HasPrefix(line, "redis: ") || strings.HasPrefix(line, "[mysql] ") || strings.Contains(line, ".go:") {
+				t.Errorf("%v printed a client library's own log line: %q\n%s", args, line, stderr.String())
+			}
+		}
+		if lines := strings.Split(strings.TrimSpace(stderr.String()), "\n"); !strings.HasPrefix(lines[len(lines)-1], "ticketd: ") {
+			t.Errorf("%v: the last line is not ticketd's error:\n%s", args, stderr.String())
+		}
 	}
 }

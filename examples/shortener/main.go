@@ -27,6 +27,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/examples/shortener/shortener"
 )
@@ -150,6 +151,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("--log-level %q must be debug, info, warn or error", o.logLevel)
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// go-redis logs its dial failures raw ("redis: … pool.go:…") before open reports them once, clearly:
+	// into this log, at debug level.
+	redis.RouteClientLogs(logger)
 	if o.scramble && o.scrambleKey == "" {
 		logger.Info("codes are scrambled with the built-in key, which anyone can read; set --scramble-key to keep the number of links private")
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/examples/shortener/shortener"
 	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
 )
 
 // ticketdBin is the ticketd binary that TestMain builds, so that the end-to-end test runs `ticketd
@@ -446,5 +447,31 @@ func TestComposeCommand(t *testing.T) {
 	if o.listen != "0.0.0.0:8081" || o.ticketd != "http://ticketd:8080" || o.redis != "redis:6379" || o.token != "from-compose" ||
 		o.namespace != "links" || o.baseURL == "" {
 		t.Fatalf("compose command %v gives %+v", s.Command, o)
+	}
+}
+
+// rawRedisLog prints go-redis's log lines as its default logger does.
+type rawRedisLog struct{ w io.Writer }
+
+func (l rawRedisLog) Printf(_ context.Context, format string, v ...any) {
+	fmt.Fprintf(l.w, "redis: "+format+"\n", v...)
+}
+
+// TestRedisDownIsOneClearError: with Redis down at start the command fails with its own error, and
+// go-redis's raw dial failures do not come before it.
+func TestRedisDownIsOneClearError(t *testing.T) {
+	port, err := testservers.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("127.0.0.1:%d", port) // nothing listens there
+	var log bytes.Buffer
+	goredis.SetLogger(rawRedisLog{&log}) // what a process starts with
+	err = run(context.Background(), []string{"--redis", down, "--token", linksToken}, func(string) string { return "" }, &log)
+	if err == nil || !strings.Contains(err.Error(), "redis at "+down+" does not answer") {
+		t.Fatalf("run: %v", err)
+	}
+	if strings.Contains(log.String(), "redis: ") || strings.Contains(log.String(), "pool.go") {
+		t.Fatalf("go-redis's own lines were printed:\n%s", log.String())
 	}
 }
