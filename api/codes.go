@@ -33,6 +33,8 @@ const (
 	MaxBodyBytes = 4 << 10
 	// MaxIDsCount bounds GET /v1/namespaces/{ns}/ids?count=N.
 	MaxIDsCount = 10_000
+	// MinTokenLength is the shortest bearer token a server accepts: shorter ones are too easy to guess.
+	MinTokenLength = 16
 )
 
 // Readiness is the answer to GET /readyz: 200 when at least one ticket server is usable, else 503

@@ -17,7 +17,7 @@ import (
 )
 
 // MinTokenLength is the shortest token accepted: shorter ones are too easy to guess.
-const MinTokenLength = 16
+const MinTokenLength = api.MinTokenLength
 
 // NamespaceToken lets its bearer lease from, and read, one namespace.
 type NamespaceToken struct {

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/allocator/redis"
+	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/examples/shortener/shortener"
 )
@@ -98,6 +100,9 @@ func envName(flag string) string {
 
 // open connects to ticketd and Redis and returns the service and a function that disconnects.
 func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Service, func(), error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	ropt, err := redisOptions(o.redis)
 	if err != nil {
 		return nil, nil, err
@@ -111,8 +116,14 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 	}
 	// The client leases a block of IDs in the background and serves links from it; a link waits for
 	// ticketd only when the block runs dry before the next one arrives.
-	ids, err := client.New(client.HTTP(strings.Split(o.ticketd, ",")...), o.namespace, client.WithToken(o.token))
+	urls := strings.Split(o.ticketd, ",")
+	ids, err := client.New(client.HTTP(urls...), o.namespace, client.WithToken(o.token))
 	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	if err := checkTicketd(ctx, urls, o.namespace, o.token, logger); err != nil {
+		_ = ids.Close()
 		_ = rdb.Close()
 		return nil, nil, err
 	}
@@ -124,6 +135,54 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 		return nil, nil, err
 	}
 	return svc, func() { _ = ids.Close(); _ = rdb.Close() }, nil
+}
+
+// checkToken refuses a token that ticketd could not accept, before anything is connected: the
+// shortener would start and answer 503 to every new link.
+func checkToken(o options) error {
+	switch {
+	case o.token == "":
+		return fmt.Errorf("no ticketd token: give --token or $SHORTENER_TOKEN, the token ticketd serve has for namespace %s (TICKETD_TOKENS=%s=TOKEN)", o.namespace, o.namespace)
+	case len(o.token) < api.MinTokenLength:
+		return fmt.Errorf("the ticketd token (--token or $SHORTENER_TOKEN) is %d characters; ticketd accepts none shorter than %d, so it would refuse every lease", len(o.token), api.MinTokenLength)
+	}
+	return nil
+}
+
+// checkTicketd asks ticketd for the namespace with the token before serving. A token it refuses (401,
+// 403) stops the start with ticketd's own reason, which would otherwise show only as 503s on the first
+// links and in the log. A ticketd that does not answer yet is logged, not fatal: the client retries.
+func checkTicketd(ctx context.Context, urls []string, namespace, token string, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, base := range urls {
+		base = strings.TrimRight(strings.TrimSpace(base), "/")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/namespaces/"+namespace, nil)
+		if err != nil {
+			return fmt.Errorf("--ticketd %q: %w", base, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			logger.Warn("ticketd does not answer yet; starting anyway, and leasing once it does", "ticketd", base, "err", err)
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		var e api.Error
+		_ = json.Unmarshal(body, &e)
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return nil
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("ticketd at %s refuses the token for namespace %s: %d %s: %s; give the token ticketd serve has for it (--token or $SHORTENER_TOKEN)",
+				base, namespace, resp.StatusCode, e.Error.Code, e.Error.Message)
+		default:
+			logger.Warn("ticketd cannot lease IDs of the namespace yet; starting anyway", "ticketd", base, "namespace", namespace,
+				"status", resp.StatusCode, "code", e.Error.Code, "message", e.Error.Message)
+		}
+	}
+	return nil
 }
 
 func redisOptions(addr string) (*goredis.Options, error) {
@@ -154,6 +213,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// go-redis logs its dial failures raw ("redis: … pool.go:…") before open reports them once, clearly:
 	// into this log, at debug level.
 	redis.RouteClientLogs(logger)
+	if err := checkToken(o); err != nil {
+		return err
+	}
 	if o.scramble && o.scrambleKey == "" {
 		logger.Info("codes are scrambled with the built-in key, which anyone can read; set --scramble-key to keep the number of links private")
 	}

@@ -37,6 +37,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m, &ticketdBin)) }
 const (
 	adminToken = "e2e-admin-token-0123456789"
 	linksToken = "e2e-links-token-0123456789"
+	otherToken = "e2e-other-token-0123456789" // namespace other's: ticketd accepts it, not for links
 )
 
 // logTap reads a process's JSON log: it keeps the lines, and sends the addr of the "listening" line
@@ -78,7 +79,7 @@ func (l *logTap) String() string {
 func startTicketd(t *testing.T, blockSize int) (string, func()) {
 	t.Helper()
 	env := append(os.Environ(), "TICKETD_MYSQL="+testenv.DSNList(testenv.Pair(t)),
-		"TICKETD_ADMIN_TOKEN="+adminToken, "TICKETD_TOKENS=links="+linksToken)
+		"TICKETD_ADMIN_TOKEN="+adminToken, "TICKETD_TOKENS=links="+linksToken+",other="+otherToken)
 	migrate := exec.Command(ticketdBin, "migrate")
 	migrate.Env = env
 	if out, err := migrate.CombinedOutput(); err != nil {
@@ -305,6 +306,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	t.Run("command", func(t *testing.T) { testCommand(t, ticketd, redisAddr) })
+	t.Run("token refused at start", func(t *testing.T) { testTokenRefusedAtStart(t, ticketd, redisAddr) })
 
 	// With ticketd gone, links are still created from the IDs the client holds.
 	killTicketd()
@@ -371,6 +373,52 @@ func testCommand(t *testing.T, ticketd, redisAddr string) {
 	}
 	if !strings.Contains(log.String(), `"msg":"stopped","links_created":1,"redirects":1`) {
 		t.Errorf("no final stats line in the log:\n%s", log)
+	}
+}
+
+// testTokenRefusedAtStart: a token ticketd does not accept, or accepts for another namespace, stops the
+// command at start with ticketd's reason; it never listens.
+func testTokenRefusedAtStart(t *testing.T, ticketd, redisAddr string) {
+	for token, want := range map[string]string{
+		"not-a-ticketd-token-0123456789": "401 invalid_token: the token is not one this server accepts",
+		otherToken:                       "403 forbidden",
+	} {
+		log := newLogTap()
+		err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--token=" + token},
+			func(string) string { return "" }, log.w)
+		log.w.Close()
+		if err == nil || !strings.Contains(err.Error(), "refuses the token for namespace links: "+want) {
+			t.Errorf("token %s: %v, want a refusal saying %q", token[:8], err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), token) {
+			t.Errorf("the error shows the token: %v", err)
+		}
+		if strings.Contains(log.String(), `"msg":"listening"`) {
+			t.Errorf("token %s: the command listened:\n%s", token[:8], log)
+		}
+	}
+}
+
+// TestTokenCheckedBeforeConnecting: no token, or one shorter than ticketd accepts, is refused before
+// Redis or ticketd is asked anything (both are down here).
+func TestTokenCheckedBeforeConnecting(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"none":           {nil, nil, "no ticketd token: give --token or $SHORTENER_TOKEN"},
+		"short":          {[]string{"--token", "short-token"}, nil, "is 11 characters; ticketd accepts none shorter than 16"},
+		"short from env": {nil, map[string]string{"SHORTENER_TOKEN": "tok"}, "is 3 characters"},
+	} {
+		args := append([]string{"--redis", "127.0.0.1:1", "--ticketd", "http://127.0.0.1:1"}, tc.args...)
+		err := run(context.Background(), args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "redis") {
+			t.Errorf("%s: %v, want %q before connecting", name, err, tc.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "short-token") || strings.Contains(err.Error(), `"tok"`)) {
+			t.Errorf("%s: the error shows the token: %v", name, err)
+		}
 	}
 }
 

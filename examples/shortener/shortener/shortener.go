@@ -7,7 +7,8 @@
 //	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","id","url"}
 //	GET  /{code}           → 301 to the link's URL, and one more hit; 404 for an unknown code
 //	GET  /api/links/{code} → 200 {"code","short_url","id","url","hits","created_at"}
-//	GET  /healthz          → 200 {"status":"ok"} while Redis answers
+//	GET  /healthz          → 200 {"status":"ok","ticketd":"ok"} while Redis answers; "degraded", with
+//	                         the cause in "ticketd", while leases from ticketd fail
 //
 // Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 413)
 // creates nothing and takes no ID.
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,6 +33,7 @@ import (
 	"github.com/labstack/echo/v4"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 )
@@ -192,7 +195,7 @@ func (s *Service) createLink(c echo.Context) error {
 	for range 3 {
 		id, err := s.ids.Next(ctx)
 		if err != nil {
-			return unavailable("no link ID available from ticketd; retry", err)
+			return unavailable("no link ID available from ticketd: "+TicketdCause(err), err)
 		}
 		code, err := s.codec.Encode(id)
 		if err != nil {
@@ -316,14 +319,58 @@ func (s *Service) getLink(c echo.Context) error {
 		URL: l.URL, Hits: &l.Hits, CreatedAt: &created})
 }
 
-// healthz: GET /healthz, 200 while Redis answers. ticketd is not asked: cached IDs outlast it.
+// Health is the answer of GET /healthz.
+type Health struct {
+	// Status is "ok", or "degraded" while leases from ticketd fail (links are still served, and created
+	// while cached IDs last).
+	Status string `json:"status"`
+	// Ticketd is "ok", or why the last lease failed.
+	Ticketd string `json:"ticketd"`
+}
+
+// healthz: GET /healthz, 200 while Redis answers, 503 when it does not. ticketd is not asked (cached IDs
+// outlast it), but the last lease's failure is shown: a refused token is otherwise only in the log.
 func (s *Service) healthz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := s.links.rdb.Ping(ctx).Err(); err != nil {
 		return unavailable("the link store does not answer", err)
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	h := Health{Status: "ok", Ticketd: "ok"}
+	if err := s.ids.Stats().LastError; err != nil {
+		h.Status, h.Ticketd = "degraded", "leases fail: "+TicketdCause(err)
+	}
+	return c.JSON(http.StatusOK, h)
+}
+
+// TicketdCause says in one line why ticketd gave no ID, for answers to the shortener's own callers:
+// ticketd's answer when it refused the lease (a wrong token, a missing namespace), otherwise that it did
+// not answer. Addresses stay in the log.
+func TicketdCause(err error) string {
+	var se *client.StatusError
+	if errors.As(err, &se) {
+		msg := fmt.Sprintf("ticketd answered %d", se.Status)
+		if se.Code != "" {
+			msg += " " + se.Code
+		}
+		if se.Message != "" {
+			msg += ": " + se.Message
+		}
+		if se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden {
+			msg += " (the shortener's --token is not one ticketd accepts for this namespace)"
+		}
+		return msg
+	}
+	var op *net.OpError
+	switch {
+	case errors.Is(err, allocator.ErrNotFound):
+		return "the namespace does not exist on ticketd (create it with ticketd namespace create)"
+	case errors.As(err, &op):
+		return "ticketd did not answer (" + op.Err.Error() + "); retry"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrUnavailable):
+		return "ticketd did not answer in time; retry"
+	}
+	return "ticketd gave no ID; retry"
 }
 
 func (s *Service) shortURL(c echo.Context, code string) string {

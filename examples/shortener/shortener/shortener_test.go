@@ -333,7 +333,10 @@ func TestConcurrentCreatesGetDistinctCodes(t *testing.T) {
 
 func TestTicketdFailureIs503AndCreatesNothing(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.IDs = linksClient(t, false) }) // no namespace: every lease fails
-	wantError(t, f.do(t, "POST", "/api/links", `{"url":"https://example.com/"}`), 503, api.CodeUnavailable)
+	e := wantError(t, f.do(t, "POST", "/api/links", `{"url":"https://example.com/"}`), 503, api.CodeUnavailable)
+	if !strings.Contains(e.Message, "the namespace does not exist on ticketd") {
+		t.Errorf("the 503 does not say why: %q", e.Message)
+	}
 	if n := f.keys(t); n != 0 {
 		t.Fatalf("%d keys after a failed create", n)
 	}
@@ -344,7 +347,8 @@ func TestTicketdFailureIs503AndCreatesNothing(t *testing.T) {
 
 func TestHealthz(t *testing.T) {
 	f := newFixture(t, nil)
-	if rec := f.do(t, "GET", "/healthz", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
+	f.create(t, "https://example.com/") // a lease has succeeded
+	if rec := f.do(t, "GET", "/healthz", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"status":"ok","ticketd":"ok"}` {
 		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -364,6 +368,39 @@ func TestHealthz(t *testing.T) {
 	// With Redis down, creating a link fails cleanly too.
 	wantError(t, g.do(t, "POST", "/api/links", `{"url":"https://example.com/"}`), 503, api.CodeUnavailable)
 	wantError(t, g.do(t, "GET", "/abc", ""), 503, api.CodeUnavailable)
+}
+
+// TestRefusedTokenIsTheCause: when ticketd refuses the shortener's token, a new link's 503 and /healthz
+// say so, with ticketd's code and message, instead of only "unavailable" with the cause in the log.
+func TestRefusedTokenIsTheCause(t *testing.T) {
+	ticketd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_ = json.NewEncoder(w).Encode(api.Error{Error: api.ErrorBody{Code: api.CodeInvalidToken, Message: "the token is not one this server accepts"}})
+	}))
+	defer ticketd.Close()
+	ids, err := client.New(client.HTTP(ticketd.URL), "links", client.WithToken("rotated-away-0123456789"), client.WithMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ids.Close()
+	f := newFixture(t, func(c *Config) { c.IDs = ids })
+	const cause = "ticketd answered 401 invalid_token: the token is not one this server accepts"
+	e := wantError(t, f.do(t, "POST", "/api/links", `{"url":"https://example.com/"}`), 503, api.CodeUnavailable)
+	if !strings.Contains(e.Message, cause) || !strings.Contains(e.Message, "--token") {
+		t.Errorf("the 503 says %q, want the cause %q and what to fix", e.Message, cause)
+	}
+	if strings.Contains(e.Message, ticketd.URL) {
+		t.Errorf("the 503 shows ticketd's address to the shortener's callers: %q", e.Message)
+	}
+	rec := f.do(t, "GET", "/healthz", "")
+	var h Health
+	if err := json.Unmarshal(rec.Body.Bytes(), &h); err != nil || rec.Code != 200 || h.Status != "degraded" || !strings.Contains(h.Ticketd, cause) {
+		t.Fatalf("healthz: %d %s, want 200, degraded, and the cause", rec.Code, rec.Body)
+	}
+	if n := f.keys(t); n != 0 {
+		t.Fatalf("%d keys after refused leases", n)
+	}
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
