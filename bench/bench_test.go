@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,13 @@ func TestOneIn(t *testing.T) {
 	}
 }
 
+// btreeRow is a measured row: its clustered index mib MiB as rebuilt, fill as full, and a secondary
+// index of indexMiB.
+func btreeRow(mib, fill, indexMiB float64) BTreeRow {
+	rebuilt := int64(mib * (1 << 20))
+	return BTreeRow{Fill: fill, RebuiltDataBytes: rebuilt, DataBytes: int64(float64(rebuilt) / fill), IndexBytes: int64(indexMiB * (1 << 20))}
+}
+
 func TestJudgeComputesAgreementFromTheNumbers(t *testing.T) {
 	keys := []btreeKey{{name: "seq"}, {name: "random wide", random: true, wide: true}, {name: "ordered wide", wide: true}}
 	tests := []struct {
@@ -63,21 +71,63 @@ func TestJudgeComputesAgreementFromTheNumbers(t *testing.T) {
 		agree []bool
 	}{
 		{"as the article says", []BTreeRow{
-			{Fill: 1.0, IndexBytes: 100}, {Fill: 0.7, IndexBytes: 140}, {Fill: 0.98, IndexBytes: 150},
+			btreeRow(40, 1.0, 20), btreeRow(50, 0.7, 28), btreeRow(48, 0.98, 30),
 		}, []bool{true, true, true}},
 		{"sequential pages half empty, random pages full, indexes no bigger", []BTreeRow{
-			{Fill: 0.6, IndexBytes: 100}, {Fill: 0.95, IndexBytes: 140}, {Fill: 0.95, IndexBytes: 100},
+			btreeRow(40, 0.6, 20), btreeRow(50, 0.95, 28), btreeRow(48, 0.95, 20),
 		}, []bool{false, false, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			judge(tt.rows, keys)
 			for i, r := range tt.rows {
-				if r.Agrees != tt.agree[i] || r.Claim == "" || r.Why == "" {
-					t.Errorf("%s: %+v, want agrees=%v", keys[i].name, r, tt.agree[i])
+				if r.Agrees != tt.agree[i] || !r.Judged || r.Claim == "" || r.Why == "" {
+					t.Errorf("%s: %+v, want a verdict, agrees=%v", keys[i].name, r, tt.agree[i])
 				}
 			}
+			if note := noVerdict(tt.rows, keys, 1_000_000); note != "" {
+				t.Errorf("every row was judged, yet: %s", note)
+			}
 		})
+	}
+}
+
+// TestSmallTablesGetNoVerdict: a quick run's tables (a 20,000-row run: a few MiB or less) are too small
+// for the fill or the index size to mean anything; the report says so and how many rows would do,
+// and shows no verdict.
+func TestSmallTablesGetNoVerdict(t *testing.T) {
+	keys := []btreeKey{{name: "seq"}, {name: "random wide", random: true, wide: true}, {name: "big seq"}}
+	// The random key's pages look as full as a rebuild's: at this size that is the extent size speaking.
+	rows := []BTreeRow{btreeRow(1, 1.0, 0.5), btreeRow(1.5, 1.0, 0.75), btreeRow(40, 1.0, 20)}
+	for i := range rows {
+		rows[i].Key = keys[i].name
+	}
+	judge(rows, keys)
+	for i, r := range rows[:2] {
+		if r.Judged || r.Agrees || !strings.Contains(r.Why, "too small for a verdict") {
+			t.Errorf("%s: %+v, want no verdict", keys[i].name, r)
+		}
+	}
+	if !rows[2].Judged || !rows[2].Agrees {
+		t.Errorf("a 40 MiB table got no verdict: %+v", rows[2])
+	}
+	note := noVerdict(rows, keys, 20_000)
+	// The smallest index compared is the wide key's secondary index, 0.75 MiB at 20,000 rows: 16 MiB
+	// needs 426,667 rows, rounded up to 500,000.
+	if !strings.Contains(note, "too small for a verdict on 2 of 3 tables") || !strings.Contains(note, "--rows 500,000") {
+		t.Errorf("note %q", note)
+	}
+	var md strings.Builder
+	(&BTreeReport{RowsPerTable: 20_000, Batch: 1000, NoVerdict: note, Rows: rows}).markdown(&md)
+	if !strings.Contains(md.String(), "**No verdict:** "+note) {
+		t.Errorf("the report does not say why:\n%s", md.String())
+	}
+	for _, line := range strings.Split(md.String(), "\n") {
+		if strings.HasPrefix(line, "| seq |") || strings.HasPrefix(line, "| random wide |") {
+			if cells := strings.Split(line, " | "); cells[9] != "–" {
+				t.Errorf("a row without a verdict shows %q in agrees: %s", cells[9], line)
+			}
+		}
 	}
 }
 

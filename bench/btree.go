@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -26,6 +27,10 @@ const (
 	rightMostFill = 0.85 // as-inserted pages at least this full (relative to a rebuild): right-most inserts
 	// widerIndex is how much bigger a secondary index must be than the BIGINT one to count as grown.
 	widerIndex = 1.1
+	// minVerdictBytes is the smallest index a verdict is drawn from. InnoDB grows an index by whole
+	// extents of 1 MiB (several at a time once it is large), so a smaller index's size is mostly the
+	// allocation's step: 20,000 random UUIDs measure as full as a rebuilt table.
+	minVerdictBytes = 16 << 20
 )
 
 // btreeKey is one primary-key scheme of the B-tree comparison.
@@ -132,17 +137,23 @@ type BTreeRow struct {
 	// Claim is what the article says about this key; Agrees whether the measurement bears it out.
 	Claim  string `json:"claim"`
 	Agrees bool   `json:"agrees"`
+	// Judged says whether the indexes were large enough for a verdict (minVerdictBytes); when not,
+	// Agrees is false and means nothing.
+	Judged bool   `json:"judged"`
 	Why    string `json:"why"`
 	Error  string `json:"error,omitempty"`
 }
 
 // BTreeReport is the B-tree comparison.
 type BTreeReport struct {
-	RowsPerTable int        `json:"rows_per_table"`
-	Batch        int        `json:"batch"`
-	Server       string     `json:"server"`
-	Note         string     `json:"note,omitempty"`
-	Rows         []BTreeRow `json:"rows"`
+	RowsPerTable int    `json:"rows_per_table"`
+	Batch        int    `json:"batch"`
+	Server       string `json:"server"`
+	Note         string `json:"note,omitempty"`
+	// NoVerdict says why some tables got no verdict, and how many rows would give one; empty when every
+	// table got one.
+	NoVerdict string     `json:"no_verdict,omitempty"`
+	Rows      []BTreeRow `json:"rows"`
 }
 
 func runBTree(ctx context.Context, opts Options, env *mysqlEnv) (*BTreeReport, error) {
@@ -165,6 +176,7 @@ func runBTree(ctx context.Context, opts Options, env *mysqlEnv) (*BTreeReport, e
 		rep.Rows = append(rep.Rows, row)
 	}
 	judge(rep.Rows, btreeKeys(env))
+	rep.NoVerdict = noVerdict(rep.Rows, btreeKeys(env), opts.Rows)
 	fmt.Fprintf(opts.Progress, "\rbtree: %d tables of %s rows%30s\n", len(rep.Rows), count(opts.Rows), "")
 	return rep, nil
 }
@@ -298,9 +310,8 @@ func insertTable(ctx context.Context, opts Options, db *sql.DB, k btreeKey, metr
 	return row, nil
 }
 
-// judge sets each row's claim and whether its own numbers (and the BIGINT tables', for index size)
-// bear it out.
-func judge(rows []BTreeRow, keys []btreeKey) {
+// narrowIndexBytes is the mean secondary index size of the tables with a BIGINT key.
+func narrowIndexBytes(rows []BTreeRow, keys []btreeKey) float64 {
 	var narrowIndex []int64
 	for i, r := range rows {
 		if r.Error == "" && !keys[i].wide {
@@ -311,10 +322,31 @@ func judge(rows []BTreeRow, keys []btreeKey) {
 	for _, b := range narrowIndex {
 		narrow += float64(b) / float64(len(narrowIndex))
 	}
+	return narrow
+}
+
+// verdictSizes are the index sizes a row's verdict compares: its clustered index as inserted and
+// rebuilt, and for a wide key its secondary index and the BIGINT tables' mean.
+func verdictSizes(r BTreeRow, k btreeKey, narrow float64) []float64 {
+	sizes := []float64{float64(r.DataBytes), float64(r.RebuiltDataBytes)}
+	if k.wide {
+		sizes = append(sizes, float64(r.IndexBytes), narrow)
+	}
+	return sizes
+}
+
+// judge sets each row's claim and whether its own numbers (and the BIGINT tables', for index size)
+// bear it out; a row whose indexes are too small for a verdict gets none.
+func judge(rows []BTreeRow, keys []btreeKey) {
+	narrow := narrowIndexBytes(rows, keys)
 	for i := range rows {
 		r, k := &rows[i], keys[i]
 		if r.Error != "" {
 			continue
+		}
+		r.Judged = true
+		for _, b := range verdictSizes(*r, k, narrow) {
+			r.Judged = r.Judged && b >= minVerdictBytes
 		}
 		if k.random {
 			r.Claim = "random pages: full pages split, the index is sparse"
@@ -331,5 +363,35 @@ func judge(rows []BTreeRow, keys []btreeKey) {
 			r.Agrees = r.Agrees && ratio >= widerIndex
 			r.Why += fmt.Sprintf("; secondary index %.2f× the BIGINT tables'", ratio)
 		}
+		if !r.Judged {
+			r.Agrees = false
+			r.Why += "; too small for a verdict"
+		}
 	}
+}
+
+// noVerdict says why rows got no verdict and how many rows per table would give every table one
+// (rounded up to 100,000); "" when every row was judged.
+func noVerdict(rows []BTreeRow, keys []btreeKey, rowsPerTable int) string {
+	narrow := narrowIndexBytes(rows, keys)
+	unjudged, need := 0, 0.0
+	for i, r := range rows {
+		if r.Error != "" || r.Judged {
+			continue
+		}
+		unjudged++
+		for _, b := range verdictSizes(r, keys[i], narrow) {
+			if b > 0 {
+				need = max(need, float64(rowsPerTable)*minVerdictBytes/b)
+			}
+		}
+	}
+	if unjudged == 0 {
+		return ""
+	}
+	const step = 100_000
+	rowsNeeded := (int(math.Ceil(need)) + step - 1) / step * step
+	return fmt.Sprintf("this run is too small for a verdict on %d of %d tables: a verdict needs every index it compares to be at least %d MiB, "+
+		"and InnoDB grows an index by whole extents of 1 MiB, so the size of a smaller one is mostly the allocation's step, not the inserts'. "+
+		"Run with --rows %s or more for a verdict on every table.", unjudged, len(rows), minVerdictBytes>>20, count(rowsNeeded))
 }

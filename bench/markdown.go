@@ -175,9 +175,13 @@ func (b *BTreeReport) markdown(w io.Writer) {
 	p("*rows/s* counts time inside INSERT statements only; *fill* is the clustered index's size after `ALTER TABLE … FORCE` over its size as inserted ")
 	p("(a rebuild fills pages to 15/16, so about 1.0 means the inserts filled pages in order; random inserts leave them about 69%% full); ")
 	p("*page splits* is the change of `index_page_splits` in `information_schema.innodb_metrics` (server-wide) over the inserts. ")
-	p("*agrees* is computed from this row's numbers: fill ≥ %.2f for a right-most claim, below it for a random one, and for keys wider than BIGINT a secondary index at least %.1f× the BIGINT tables' mean.\n\n", rightMostFill, widerIndex)
+	p("*agrees* is computed from this row's numbers: fill ≥ %.2f for a right-most claim, below it for a random one, and for keys wider than BIGINT a secondary index at least %.1f× the BIGINT tables' mean; ", rightMostFill, widerIndex)
+	p("a row whose indexes are under %d MiB gets no verdict (–).\n\n", minVerdictBytes>>20)
 	if b.Note != "" {
 		p("Note: %s\n\n", b.Note)
+	}
+	if b.NoVerdict != "" {
+		p("**No verdict:** %s\n\n", b.NoVerdict)
 	}
 	p("| key | rows/s | rows/s, last 10%% | data MiB | secondary index MiB | fill | page splits | splits per 1,000 rows | the article says | agrees | measured |\n")
 	p("|---|--:|--:|--:|--:|--:|--:|--:|---|---|---|\n")
@@ -192,7 +196,10 @@ func (b *BTreeReport) markdown(w io.Writer) {
 			per = fmt.Sprintf("%.1f", 1000*float64(r.PageSplits)/float64(b.RowsPerTable))
 		}
 		agrees := "no"
-		if r.Agrees {
+		switch {
+		case !r.Judged:
+			agrees = "–"
+		case r.Agrees:
 			agrees = "yes"
 		}
 		p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s | %s |\n", r.Key, count(int64(r.RowsPerSecond)), count(int64(r.RowsPerSecondLastTenth)),
