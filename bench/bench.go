@@ -36,8 +36,13 @@ type Options struct {
 	Quick bool
 	// Command is the command line the report shows, to reproduce the run.
 	Command string
-	// Progress receives a live progress line (carriage returns); nil means none.
+	// Progress receives the progress line: the stage, the step and the time left. nil means none.
 	Progress io.Writer
+	// LiveProgress rewrites one progress line in place (carriage returns), for a terminal; otherwise
+	// Progress gets a line a step.
+	LiveProgress bool
+
+	line *progressLine // Progress, as Run plans it
 }
 
 func (o Options) withDefaults() Options {
@@ -172,6 +177,28 @@ func Run(ctx context.Context, opts Options, parts ...string) (*Report, error) {
 		defer env.Close()
 		rep.Machine.MariaDB = env.version
 	}
+	// Every step is known before the first runs, so that the progress line can say how long is left.
+	var cases []loadCase
+	var stages []stagePlan
+	if want["gen"] {
+		stages = append(stages, stagePlan{"gen", len(genSchemes(opts, env)), genStepPlan * opts.Duration})
+	}
+	if want["btree"] {
+		stages = append(stages, stagePlan{"btree", len(btreeKeys(env)),
+			time.Duration(float64(opts.Rows) / btreePlannedRowsPerSecond * float64(time.Second))})
+	}
+	if want["load"] {
+		var skipped []string
+		var err error
+		if cases, skipped, err = loadCases(ctx, opts, env, &rep.Machine); err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		rep.Load = &LoadReport{Skipped: skipped}
+		stages = append(stages, stagePlan{"load", len(cases) * (len(opts.Clients) + 1), opts.Duration + loadStepOverhead})
+	}
+	opts.line = newProgressLine(opts.Progress, opts.LiveProgress, time.Now, stages)
+	failed := true
+	defer func() { opts.line.finish(failed) }()
 	if want["gen"] {
 		g, err := runGen(ctx, opts, env)
 		if err != nil {
@@ -187,11 +214,20 @@ func Run(ctx context.Context, opts Options, parts ...string) (*Report, error) {
 		rep.BTree = b
 	}
 	if want["load"] {
-		l, err := runLoad(ctx, opts, env, &rep.Machine)
-		if err != nil {
+		if err := runLoad(ctx, opts, env, cases, rep.Load); err != nil {
 			return nil, fmt.Errorf("load: %w", err)
 		}
-		rep.Load = l
 	}
+	failed = false
 	return rep, nil
 }
+
+// What a step is planned to take, for the time left before the run has shown its own pace: a scheme
+// is timed on one goroutine and on all, and its IDs collected twice, each for at most the duration; a
+// B-tree table's inserts and rebuild go at about this many rows a second on the 2-core reference
+// machine; a load measurement runs for the duration, after the servers settle.
+const (
+	genStepPlan               = 4
+	btreePlannedRowsPerSecond = 50_000
+	loadStepOverhead          = 500 * time.Millisecond
+)

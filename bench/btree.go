@@ -169,15 +169,16 @@ func runBTree(ctx context.Context, opts Options, env *mysqlEnv) (*BTreeReport, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		opts.line.begin("btree", k.name)
 		row, err := insertTable(ctx, opts, db, k, metrics)
 		if err != nil {
 			row.Error = err.Error()
 		}
 		rep.Rows = append(rep.Rows, row)
+		opts.line.end()
 	}
 	judge(rep.Rows, btreeKeys(env))
 	rep.NoVerdict = noVerdict(rep.Rows, btreeKeys(env), opts.Rows)
-	fmt.Fprintf(opts.Progress, "\rbtree: %d tables of %s rows%30s\n", len(rep.Rows), count(opts.Rows), "")
 	return rep, nil
 }
 
@@ -283,7 +284,8 @@ func insertTable(ctx context.Context, opts Options, db *sql.DB, k btreeKey, metr
 			lastRows += in
 		}
 		done += n
-		fmt.Fprintf(opts.Progress, "\rbtree: %-32s %3d%%", k.name, 100*done/opts.Rows)
+		// The inserts are about half of a table's time; the rebuild and the measures, the rest.
+		opts.line.update(fmt.Sprintf("%d%% inserted", 100*done/opts.Rows), 0.5*float64(done)/float64(opts.Rows))
 	}
 	row.RowsPerSecond = float64(opts.Rows) / total.Seconds()
 	if lastRows > 0 {

@@ -235,11 +235,12 @@ func runGen(ctx context.Context, opts Options, env *mysqlEnv) (*GenReport, error
 			return nil, err
 		}
 		row := GenRow{Scheme: s.name, BinaryBytes: s.binSize}
-		fmt.Fprintf(opts.Progress, "\rgen: %-40s", s.name)
+		opts.line.begin("gen", s.name)
 		g, err := s.open(ctx)
 		if err != nil {
 			row.Error = err.Error()
 			rep.Rows = append(rep.Rows, row)
+			opts.line.end()
 			continue
 		}
 		if err := measureGen(ctx, opts, s, g, &row); err != nil {
@@ -250,8 +251,8 @@ func runGen(ctx context.Context, opts Options, env *mysqlEnv) (*GenReport, error
 		}
 		rep.Rows = append(rep.Rows, row)
 		rep.Odds = append(rep.Odds, odds(s, row.IDsPerSecond))
+		opts.line.end()
 	}
-	fmt.Fprintf(opts.Progress, "\rgen: %d schemes measured%30s\n", len(rep.Rows), "")
 	return rep, nil
 }
 

@@ -96,8 +96,8 @@ type progress struct {
 	ops, errs atomic.Int64
 }
 
-// showProgress prints a progress line every 500ms until stop is closed.
-func showProgress(opts Options, label string, p *progress, stop <-chan struct{}) {
+// showProgress updates the progress line every 500ms, for a measurement of d, until stop is closed.
+func showProgress(opts Options, d time.Duration, p *progress, stop <-chan struct{}) {
 	start := time.Now()
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
@@ -106,9 +106,9 @@ func showProgress(opts Options, label string, p *progress, stop <-chan struct{})
 		case <-stop:
 			return
 		case <-t.C:
-			el := time.Since(start).Seconds()
-			fmt.Fprintf(opts.Progress, "\rload: %-44s %5.1fs %10s ops %12s  errors %d   ", label, el,
-				count(p.ops.Load()), rate(float64(p.ops.Load())/el), p.errs.Load())
+			el := time.Since(start)
+			opts.line.update(fmt.Sprintf("%.1fs: %s ops, %s, errors %d", el.Seconds(), count(p.ops.Load()),
+				rate(float64(p.ops.Load())/el.Seconds()), p.errs.Load()), min(float64(el)/float64(d+loadStepOverhead), 1))
 		}
 	}
 }
@@ -143,7 +143,9 @@ func closedLoop(ctx context.Context, opts Options, name string, op func(context.
 	var sent atomic.Int64
 	var p progress
 	stop := make(chan struct{})
-	go showProgress(opts, fmt.Sprintf("%s, %d clients", name, clients), &p, stop)
+	opts.line.begin("load", fmt.Sprintf("%s, %d clients", name, clients))
+	defer opts.line.end()
+	go showProgress(opts, d, &p, stop)
 	defer close(stop)
 	recs := make([]*recorder, clients)
 	ctx, cancel := context.WithTimeout(ctx, d)
@@ -184,7 +186,9 @@ func openLoop(ctx context.Context, opts Options, name string, op func(context.Co
 	n = min(n, maxOps)
 	var p progress
 	stop := make(chan struct{})
-	go showProgress(opts, fmt.Sprintf("%s, open loop at %s", name, rate(perSecond)), &p, stop)
+	opts.line.begin("load", fmt.Sprintf("%s, open loop at %s", name, rate(perSecond)))
+	defer opts.line.end()
+	go showProgress(opts, d, &p, stop)
 	defer close(stop)
 	jobs := make(chan time.Time, maxInFlight)
 	recs := make([]*recorder, maxInFlight)
@@ -229,25 +233,21 @@ func openLoop(ctx context.Context, opts Options, name string, op func(context.Co
 	return row
 }
 
-func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*LoadReport, error) {
-	rep := &LoadReport{}
-	cases, skipped, err := loadCases(ctx, opts, env, m)
-	if err != nil {
-		return nil, err
-	}
-	rep.Skipped = skipped
+// runLoad measures the cases into rep.
+func runLoad(ctx context.Context, opts Options, env *mysqlEnv, cases []loadCase, rep *LoadReport) error {
 	maxOps := int64(10_000_000)
 	for _, c := range cases {
 		op, done, err := c.open(ctx)
 		if err != nil {
 			rep.Rows = append(rep.Rows, LoadRow{Case: c.name, Mode: "closed", Error: err.Error()})
+			opts.line.skip("load", len(opts.Clients)+1)
 			continue
 		}
 		best := 0.0
 		for _, clients := range opts.Clients {
 			if err := ctx.Err(); err != nil {
 				done()
-				return nil, err
+				return err
 			}
 			env.settle(ctx)
 			row := closedLoop(ctx, opts, c.name, op, clients, opts.Duration, maxOps)
@@ -259,6 +259,8 @@ func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*Loa
 		if best > 0 {
 			env.settle(ctx)
 			rep.Rows = append(rep.Rows, openLoop(ctx, opts, c.name, op, min(best/2, maxOpenRate), opts.Duration, maxOps))
+		} else {
+			opts.line.skip("load", 1)
 		}
 		done()
 		if c.note != nil {
@@ -267,6 +269,5 @@ func runLoad(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) (*Loa
 			}
 		}
 	}
-	fmt.Fprintf(opts.Progress, "\rload: %d measurements%80s\n", len(rep.Rows), "")
-	return rep, nil
+	return nil
 }

@@ -112,9 +112,11 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 			opts.MySQL = append(opts.MySQL, d)
 		}
 	}
+	// The progress line goes to stderr: rewritten in place on a terminal, a line a step elsewhere.
+	opts.Progress = m.Stderr
 	if f, ok := m.Stderr.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			opts.Progress = m.Stderr // a live progress line only on a terminal
+			opts.LiveProgress = true
 		}
 	}
 	rep, err := bench.Run(ctx, opts, parts...)

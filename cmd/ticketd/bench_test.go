@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,6 +23,16 @@ func benchRun(t *testing.T, env map[string]string, args ...string) (*bench.Repor
 	out, errOut, code := run(t, env, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// Off a terminal, a progress line a step: the stage, the step and the time left.
+	for _, part := range []string{"gen", "btree", "load"} {
+		line := regexp.MustCompile(`(?m)^bench: ` + part + ` 1/\d+, .+ \(stage \d of \d; (about \d\S*|under a second) left\)$`)
+		if slices.Contains(args, part) && !line.MatchString(errOut) {
+			t.Errorf("no progress line for %s:\n%s", part, errOut)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^bench: done in \d`).MatchString(errOut) {
+		t.Errorf("no closing progress line:\n%s", errOut)
 	}
 	var stdout bench.Report
 	if err := json.Unmarshal([]byte(out), &stdout); err != nil {
