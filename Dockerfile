@@ -8,10 +8,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# Static binaries: no libc in the final image.
+# Static binaries: no libc in the final image. /out/data becomes the embedded store's directory.
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w" -o /out/ticketd ./cmd/ticketd && \
-    go build -trimpath -ldflags="-s -w" -o /out/shortener ./examples/shortener
+    go build -trimpath -ldflags="-s -w" -o /out/shortener ./examples/shortener && \
+    mkdir /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot AS shortener
 COPY --from=build /out/shortener /shortener
@@ -25,8 +26,11 @@ CMD ["--listen", "0.0.0.0:8081"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS ticketd
 COPY --from=build /out/ticketd /ticketd
+# The embedded store, when no ticket server is configured, lives here (mount a volume). Owned by nonroot
+# (uid 65532) explicitly, not by however WORKDIR creates it; a named volume mounted on it starts with
+# that owner.
+COPY --from=build --chown=65532:65532 /out/data /data
 USER nonroot:nonroot
-# The embedded store, when no ticket server is configured, lives here (mount a volume).
 WORKDIR /data
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \

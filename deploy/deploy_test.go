@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -141,6 +142,112 @@ func TestDockerfile(t *testing.T) {
 	for _, st := range stages[2:] {
 		if !strings.Contains(st, "USER nonroot") {
 			t.Errorf("stage %q does not drop root", strings.SplitN(st, "\n", 2)[0])
+		}
+	}
+}
+
+// TestDockerfileOwnsTheDataDir: the ticketd image's data directory (the one its CMD gives as --data-dir)
+// is copied in owned by nonroot, the user the image runs as, before WORKDIR names it: its owner is
+// stated, not left to how a builder creates a WORKDIR after USER.
+func TestDockerfileOwnsTheDataDir(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stage, ok := strings.Cut(string(b), " AS ticketd\n")
+	if !ok {
+		t.Fatal("no ticketd stage")
+	}
+	cmd := regexp.MustCompile(`(?m)^CMD (\[.*\])$`).FindStringSubmatch(stage)
+	var args []string
+	if cmd == nil || yaml.Unmarshal([]byte(cmd[1]), &args) != nil {
+		t.Fatalf("the ticketd stage has no CMD in exec form: %v", cmd)
+	}
+	dataDir := ""
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) {
+			dataDir = args[i+1]
+		}
+	}
+	if dataDir == "" {
+		t.Fatalf("CMD %v gives no --data-dir", args)
+	}
+	copyLine := regexp.MustCompile(`(?m)^COPY --from=build --chown=65532:65532 \S+ ` + regexp.QuoteMeta(dataDir) + `$`).FindStringIndex(stage)
+	workdir := strings.Index(stage, "\nWORKDIR "+dataDir+"\n")
+	user := strings.Index(stage, "\nUSER nonroot:nonroot\n") // nonroot is uid 65532 in distroless
+	if copyLine == nil || workdir < 0 || user < 0 || copyLine[0] > workdir {
+		t.Fatalf("the ticketd stage does not copy %s in owned by 65532 (nonroot) before WORKDIR %s, running as nonroot:\n%s", dataDir, dataDir, stage)
+	}
+}
+
+// dockerignored reports whether the .dockerignore patterns leave path out of the build context: a
+// pattern matches a path or one of its directories, from the context's root; ** matches any number of
+// directories. (Exceptions with ! and character classes are not used, and refused.)
+func dockerignored(t *testing.T, patterns []string, path string) bool {
+	t.Helper()
+	for _, p := range patterns {
+		if strings.ContainsAny(p, "![\\") {
+			t.Fatalf(".dockerignore pattern %q: this test does not read exceptions or classes", p)
+		}
+		var re strings.Builder
+		re.WriteString("^")
+		p = strings.TrimPrefix(p, "/")
+		for i := 0; i < len(p); i++ {
+			switch {
+			case strings.HasPrefix(p[i:], "**/"):
+				re.WriteString("(.*/)?")
+				i += 2
+			case strings.HasPrefix(p[i:], "**"):
+				re.WriteString(".*")
+				i++
+			case p[i] == '*':
+				re.WriteString("[^/]*")
+			case p[i] == '?':
+				re.WriteString("[^/]")
+			default:
+				re.WriteString(regexp.QuoteMeta(p[i : i+1]))
+			}
+		}
+		re.WriteString("(/.*)?$")
+		if regexp.MustCompile(re.String()).MatchString(path) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDockerignore: the build context leaves out history, data directories, reports and test output,
+// and keeps every file the build compiles or embeds.
+func TestDockerignore(t *testing.T) {
+	b, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	for _, out := range []string{".git/HEAD", "ticketd-data/ticketd.db", "cmd/ticketd/ticketd-data/ticketd.db", "bench-report/report.md",
+		"test-artifacts/status-page.png", "server/server.test", "cpu.prof", "ticketd", "shortener"} {
+		if !dockerignored(t, patterns, out) {
+			t.Errorf("%s is sent to the image build", out)
+		}
+	}
+	keep := []string{"go.mod", "go.sum", "Dockerfile", "cmd/ticketd/main.go", "examples/shortener/main.go", "examples/shortener/shortener/shortener.go"}
+	for _, embedded := range []string{"../schema/mysql/*.sql", "../server/status.html", "../server/openapi.json"} {
+		files, _ := filepath.Glob(embedded)
+		if len(files) == 0 {
+			t.Fatalf("no file %s", embedded)
+		}
+		for _, f := range files {
+			keep = append(keep, strings.TrimPrefix(f, "../"))
+		}
+	}
+	for _, in := range keep {
+		if dockerignored(t, patterns, in) {
+			t.Errorf("%s, which the build needs, is left out of its context", in)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,5 +224,80 @@ func TestReadmePairWalkthrough(t *testing.T) {
 				t.Errorf("%s: second block from %s, the README says %s", first.Server, next.Start, want)
 			}
 		}
+	}
+}
+
+// TestReadmeDockerRun runs what the README's docker run example runs in the image, without Docker: the
+// ticketd stage's CMD (on a free port), a fresh directory standing for the volume at its --data-dir,
+// the variables the example hands over with -e, and the example's request, whose answer must be the
+// README's.
+func TestReadmeDockerRun(t *testing.T) {
+	section := readmeSection(t, "## Run with Docker")
+	sh, shown := codeBlocks(section, "sh"), codeBlocks(section, "json")
+	if len(sh) == 0 || len(shown) == 0 {
+		t.Fatal("the Docker section shows no commands and answer")
+	}
+	var dockerRun []string
+	var curl string
+	for _, l := range shellLines(sh[0]) {
+		if strings.HasPrefix(l.cmd, "docker run ") {
+			dockerRun = strings.Fields(l.cmd)
+		}
+		if strings.HasPrefix(l.cmd, "curl ") {
+			curl = l.cmd
+		}
+	}
+	values := map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}
+	env, volume := map[string]string{}, ""
+	for i := 1; i < len(dockerRun); i++ {
+		switch dockerRun[i-1] {
+		case "-e":
+			if strings.Contains(dockerRun[i], "=") {
+				t.Errorf("docker run -e %s puts a value on the command line", dockerRun[i])
+			}
+			env[dockerRun[i]] = values[dockerRun[i]]
+		case "-v":
+			_, volume, _ = strings.Cut(dockerRun[i], ":")
+		}
+	}
+	if env["TICKETD_ADMIN_TOKEN"] == "" || volume == "" {
+		t.Fatalf("docker run %v hands over no admin token or mounts no volume", dockerRun)
+	}
+
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stage, _ := strings.Cut(string(b), " AS ticketd\n")
+	cmdLine := regexp.MustCompile(`(?m)^CMD (\[.*\])$`).FindStringSubmatch(stage)
+	var cmd []string
+	if cmdLine == nil || json.Unmarshal([]byte(cmdLine[1]), &cmd) != nil || len(cmd) == 0 || cmd[0] != "serve" {
+		t.Fatalf("the ticketd stage's CMD is not serve in exec form: %v", cmdLine)
+	}
+	args := cmd[1:]
+	for i := 1; i < len(args); i++ {
+		switch args[i-1] {
+		case "--data-dir":
+			if args[i] != volume {
+				t.Fatalf("the volume is mounted at %s, the store is in %s", volume, args[i])
+			}
+			args[i] = t.TempDir()
+		case "--listen":
+			host, _, _ := strings.Cut(args[i], ":")
+			args[i] = host + ":0" // the same interfaces, on a free port
+		}
+	}
+	p := startServe(t, env, args...)
+
+	m := regexp.MustCompile(`^curl -X (\w+) -H "Authorization: Bearer \$(\w+)" localhost:8080(\S+) -d '([^']*)'$`).FindStringSubmatch(curl)
+	if m == nil {
+		t.Fatalf("this test does not read the request %q", curl)
+	}
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(p.url, "http://")) // listening on every interface
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustCall(t, 200, m[1], "http://127.0.0.1:"+port+m[3], env[m[2]], m[4]); string(got) != strings.TrimSpace(shown[0]) {
+		t.Fatalf("the container would answer %s; the README shows %s", got, shown[0])
 	}
 }
