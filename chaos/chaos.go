@@ -268,9 +268,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		case <-runCtx.Done():
 			done = true
 		case <-progress.C:
+			elapsed := time.Since(started)
 			for _, w := range worlds {
-				cfg.Logger.Info("chaos: drawing", "backend", w.backend, "ids", w.drawn(),
-					"elapsed", time.Since(started).Round(time.Second).String(), "degraded", w.degraded.Load())
+				cfg.Logger.Info("chaos: drawing", "backend", w.backend, "stage", w.stageName(), "ids", w.drawn(),
+					"elapsed", elapsed.Round(time.Second).String(), "left", max(cfg.Duration-elapsed, 0).Round(time.Second).String())
 			}
 		}
 	}

@@ -2,11 +2,12 @@ package chaos_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/chaos"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
@@ -18,10 +19,15 @@ import (
 func TestShortChaosRun(t *testing.T) {
 	testenv.RequireMariaDB(t)
 	testenv.RequireRedis(t)
+	var logs allocatortest.LogBuffer
 	sum, err := chaos.Run(context.Background(), chaos.Config{Dir: testenv.ShortTempDir(t), Duration: 45 * time.Second,
-		Clients: 16, MinIDs: 30_000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Clients: 16, MinIDs: 30_000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The progress line says which fault runs and how long is left.
+	if out := logs.String(); !strings.Contains(out, "msg=\"chaos: drawing\" backend=mysql stage=") || !strings.Contains(out, "left=") {
+		t.Errorf("no progress line with the stage and the time left in the log")
 	}
 	t.Logf("%+v", sum)
 	if err := sum.OK(30_000); err != nil {

@@ -150,6 +150,7 @@ func (w *world) schedule(ctx context.Context) []FaultResult {
 			}
 		} else {
 			w.degraded.Store(true) // calls made while the fault is being applied meet it too
+			w.stage.Store(&fs[ev.i].name)
 			active[ev.i] = true
 			if err := fs[ev.i].apply(ctx, res); err != nil {
 				res.Error = "apply: " + err.Error()
@@ -161,11 +162,15 @@ func (w *world) schedule(ctx context.Context) []FaultResult {
 			}
 		}
 		w.degraded.Store(len(active) > 0)
+		if len(active) == 0 {
+			w.stage.Store(nil)
+		}
 	}
 	for i := range active {
 		revert(i)
 	}
 	w.degraded.Store(false)
+	w.stage.Store(nil)
 	for i := range results {
 		if !results[i].Applied && results[i].Error == "" {
 			results[i].Detail = "not reached: the run ended first"

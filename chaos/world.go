@@ -74,6 +74,7 @@ type world struct {
 	rec      recorder
 	attempts attempts
 	degraded atomic.Bool
+	stage    atomic.Pointer[string] // the fault being applied or active; nil between faults
 
 	ports  [2]*port      // each replica's address, kept across its restarts
 	before map[int]int64 // each server's counter when the clients started
@@ -462,4 +463,12 @@ func (p *recordingBackend) Lease(ctx context.Context, ns string, size int64) (al
 
 func (p *recordingBackend) LeaseFrom(ctx context.Context, ns string, size int64, prefer string) (allocator.Block, error) {
 	return p.rec.lease(func() (allocator.Block, error) { return p.leaser.LeaseFrom(ctx, ns, size, prefer) })
+}
+
+// stageName is what the world is doing now, for the progress line.
+func (w *world) stageName() string {
+	if s := w.stage.Load(); s != nil {
+		return *s
+	}
+	return "between faults"
 }
