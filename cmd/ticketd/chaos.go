@@ -38,13 +38,13 @@ func (c *chaosCmd) noEnv() {}
 
 func (c *chaosCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.backends, "backends", strings.Join(chaos.Backends, ","), "comma-separated backends to run at once, each with its own servers, replicas and clients: "+strings.Join(chaos.Backends, ", "))
-	fs.StringVar(&c.mysql, "mysql", "", "the pair's two DSNs, odd server first, when the run should not start its own")
-	fs.StringVar(&c.killCmd, "kill-cmd", "", "with --mysql: shell command that kills server $CHAOS_SERVER (a or b)")
-	fs.StringVar(&c.startCmd, "start-cmd", "", "with --mysql: shell command that starts server $CHAOS_SERVER again")
-	fs.StringVar(&c.dir, "dir", "", "directory for the throwaway servers (default: a new temporary one)")
+	fs.StringVar(&c.mysql, "mysql", "", "the pair's two `DSNs`, odd server first, when the run should not start its own")
+	fs.StringVar(&c.killCmd, "kill-cmd", "", "with --mysql: shell `command` that kills server $CHAOS_SERVER (a or b)")
+	fs.StringVar(&c.startCmd, "start-cmd", "", "with --mysql: shell `command` that starts server $CHAOS_SERVER again")
+	fs.StringVar(&c.dir, "dir", "", "`directory` for the throwaway servers (default: a new temporary one)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "how long the clients draw IDs")
 	fs.IntVar(&c.clients, "clients", 64, "SDK clients of each backend, each with its own cache")
-	fs.Var(int64Flag{&c.minIDs, 1, math.MaxInt32}, "min-ids", "IDs the run must draw from each backend (default 1000000)")
+	fs.Var(int64Flag{&c.minIDs, 1, math.MaxInt32}, "min-ids", "the `number` of IDs the run must draw from each backend (default 1000000)")
 	fs.Float64Var(&c.rate, "rate", 0, "IDs per second, all clients of one backend together (0: 1.5 × min-ids / duration)")
 }
 
