@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,4 +212,77 @@ func BenchmarkSteady10MWithSlowRefills(b *testing.B) {
 	if elapsed := b.Elapsed(); elapsed > 0 {
 		b.ReportMetric(float64(b.N)/elapsed.Seconds()/1e6, "MIDs/s")
 	}
+}
+
+// BenchmarkBusyThroughTicketd is a busy service: goroutines take IDs as fast as they can through
+// client.HTTP from a `ticketd serve` on the embedded store, in a namespace created with blocks of 1,000
+// (so its maximum is the default 1,000,000). After a warm-up second under the same load, no caller may
+// wait for a refill: the "stalls" metric must stay 0. One op is one ID.
+//
+//	go test -run '^$' -bench BenchmarkBusyThroughTicketd -cpu 2 -benchtime 3s ./client/
+func BenchmarkBusyThroughTicketd(b *testing.B) {
+	dir := b.TempDir()
+	create := exec.Command(ticketdBinary(b), "namespace", "create", "--data-dir", dir, "busy", "--block-size", "1000")
+	if out, err := create.CombinedOutput(); err != nil {
+		b.Fatalf("ticketd namespace create: %v\n%s", err, out)
+	}
+	td := startTicketd(b, []string{"--data-dir", dir}, "busy")
+	for _, goroutines := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+			c, err := New(HTTP(td.url), "busy", WithToken(e2eNSToken))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			busy(b, c, goroutines, time.Second, 0) // the warm-up: the block size grows to the maximum
+			warm := c.Stats()
+			b.ResetTimer()
+			busy(b, c, goroutines, 0, b.N)
+			b.StopTimer()
+			st := c.Stats()
+			b.ReportMetric(float64(st.Stalls-warm.Stalls), "stalls")
+			b.ReportMetric(float64(warm.Stalls), "warmup-stalls")
+			b.ReportMetric(float64(st.Refills-warm.Refills), "refills")
+			b.ReportMetric(float64(st.RefillLatency)/float64(time.Millisecond), "refill-ms")
+			b.ReportMetric(float64(st.LowWater), "low-water")
+			b.ReportMetric(float64(st.BlockSize), "block")
+			if elapsed := b.Elapsed(); elapsed > 0 {
+				b.ReportMetric(float64(b.N)/elapsed.Seconds()/1e6, "MIDs/s")
+			}
+		})
+	}
+}
+
+// busy has goroutines take IDs from c with nothing in between: for d, or n IDs in all when d is 0.
+func busy(b *testing.B, c *Client, goroutines int, d time.Duration, n int) {
+	var stop atomic.Bool
+	if d > 0 {
+		defer time.AfterFunc(d, func() { stop.Store(true) }).Stop()
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		share := n / goroutines
+		if g < n%goroutines {
+			share++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			var sum int64
+			for i := 0; d > 0 || i < share; i++ {
+				if d > 0 && i%4096 == 0 && stop.Load() {
+					break
+				}
+				id, err := c.Next(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				sum += id
+			}
+			sink.Add(sum)
+		}()
+	}
+	wg.Wait()
 }

@@ -55,19 +55,21 @@ type ticketdProc struct {
 	log    strings.Builder
 }
 
-// startTicketd runs `ticketd serve` on the pair, on a free loopback port, with an admin token and a
-// token for each namespace given, and waits until it is ready. It is killed when the test ends.
-func startTicketd(t *testing.T, dsns []string, namespaces ...string) *ticketdProc {
+// pairStore is the flag of `ticketd serve` that puts it on the pair.
+func pairStore(dsns []string) []string { return []string{"--mysql", testenv.DSNList(dsns)} }
+
+// startTicketd runs `ticketd serve` on the store that the flags choose (pairStore, or --data-dir for
+// the embedded store), on a free loopback port, with an admin token and a token for each namespace
+// given, and waits until it is ready. It is killed when the test ends.
+func startTicketd(t testing.TB, store []string, namespaces ...string) *ticketdProc {
 	t.Helper()
-	if ticketdBin == "" {
-		t.Fatalf("no ticketd binary: %v", buildErr)
-	}
+	bin := ticketdBinary(t)
 	var tokens []string
 	for _, ns := range namespaces {
 		tokens = append(tokens, ns+"="+e2eNSToken)
 	}
 	p := &ticketdProc{exited: make(chan struct{})}
-	p.cmd = exec.Command(ticketdBin, "serve", "--listen", "127.0.0.1:0", "--mysql", testenv.DSNList(dsns))
+	p.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, store...)...)
 	// Tokens through the environment, as the docs advise; no other TICKETD_* setting of the caller's
 	// shell leaks in.
 	for _, kv := range os.Environ() {
@@ -232,7 +234,7 @@ func (l *e2eLoad) wait(t *testing.T) {
 // no ID twice, and both ticket servers (odd and even) took part.
 func TestE2EUniqueThroughTicketd(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "e2e"})
-	td := startTicketd(t, dsns, "e2e")
+	td := startTicketd(t, pairStore(dsns), "e2e")
 	c := newClient(t, HTTP(td.url), "e2e", WithToken(e2eNSToken))
 	const goroutines, perG = 64, 1_000_000
 	set := newIDSet()
@@ -257,8 +259,8 @@ func TestE2EUniqueThroughTicketd(t *testing.T) {
 // IDs; killing the other too, the IDs still cached are served, then Next returns ErrUnavailable.
 func TestE2EFailoverAndBothDown(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "fo", BlockSize: 1000, MaxBlockSize: 50_000})
-	a := startTicketd(t, dsns, "fo")
-	b := startTicketd(t, dsns, "fo")
+	a := startTicketd(t, pairStore(dsns), "fo")
+	b := startTicketd(t, pairStore(dsns), "fo")
 	c := newClient(t, HTTP(a.url, b.url), "fo", WithToken(e2eNSToken), WithRefillInterval(20*time.Millisecond),
 		WithBackoff(5*time.Millisecond, 100*time.Millisecond), WithRequestTimeout(2*time.Second))
 	set := newIDSet()

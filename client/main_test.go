@@ -1,9 +1,9 @@
 package client
 
 import (
-	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,23 +11,30 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
-// ticketdBin is the ticketd binary the end-to-end tests run, built once by TestMain; buildErr says why
-// there is none.
-var (
-	ticketdBin string
-	buildErr   error
-)
+// ticketd is the ticketd binary that the end-to-end tests and benchmarks run, built by the first of
+// them that needs it, so that a run that needs none (no database, -short, fuzzing) does not build it.
+var ticketd struct {
+	once    sync.Once
+	bin     string
+	cleanup func()
+	err     error
+}
+
+// ticketdBinary returns the ticketd binary, building it on first use.
+func ticketdBinary(t testing.TB) string {
+	t.Helper()
+	ticketd.once.Do(func() { ticketd.bin, ticketd.cleanup, ticketd.err = testenv.BuildTicketd() })
+	if ticketd.err != nil {
+		t.Fatalf("no ticketd binary: %v", ticketd.err)
+	}
+	return ticketd.bin
+}
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	cleanup := func() {}
-	if skip := testenv.NoEndToEnd(); skip != "" {
-		buildErr = fmt.Errorf("not built: %s", skip)
-	} else {
-		ticketdBin, cleanup, buildErr = testenv.BuildTicketd()
-	}
 	code := m.Run()
-	cleanup()
+	if ticketd.cleanup != nil {
+		ticketd.cleanup()
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutines left behind: %v\n", err)

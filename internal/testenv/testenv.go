@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -274,20 +273,4 @@ func RunWithTicketd(m *testing.M, bin *string) int {
 	defer cleanup()
 	*bin = b
 	return m.Run()
-}
-
-// NoEndToEnd says why this test binary runs no end-to-end test, so that TestMain need not build
-// ticketd: -short, -run '^$' (benchmarks or fuzzing only), or a fuzzing worker process. Empty when it
-// may. Call it after flag.Parse.
-func NoEndToEnd() string {
-	if testing.Short() {
-		return "-short"
-	}
-	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "^$" {
-		return "-run '^$'"
-	}
-	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
-		return "fuzzing worker"
-	}
-	return ""
 }
