@@ -319,7 +319,8 @@ func TestExpiredBlockIsNeverServed(t *testing.T) {
 	}
 
 	// Goroutines keep asking while the block expires: a call that starts after the clock passed the
-	// expiry never gets an ID of the block.
+	// expiry never gets an ID of the block. Until then each takes at most 50,000 IDs, so that the
+	// block still holds IDs when it expires, however fast they run.
 	var after atomic.Bool
 	stop := make(chan struct{})
 	bad := make(chan int64, 1)
@@ -328,13 +329,18 @@ func TestExpiredBlockIsNeverServed(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for taken := 0; ; {
 				select {
 				case <-stop:
 					return
 				default:
 				}
 				started := after.Load()
+				if !started && taken == 50_000 {
+					runtime.Gosched()
+					continue
+				}
+				taken++
 				id, err := c.Next(context.Background())
 				if err != nil {
 					return
