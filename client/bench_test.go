@@ -217,7 +217,8 @@ func BenchmarkSteady10MWithSlowRefills(b *testing.B) {
 // BenchmarkBusyThroughTicketd is a busy service: goroutines take IDs as fast as they can through
 // client.HTTP from a `ticketd serve` on the embedded store, in a namespace created with blocks of 1,000
 // (so its maximum is the default 1,000,000). After a warm-up second under the same load, no caller may
-// wait for a refill: the "stalls" metric must stay 0. One op is one ID.
+// wait for a refill: the "stalls" metric must stay 0. "in-flight" is the most leases the client had in
+// flight at once. One op is one ID.
 //
 //	go test -run '^$' -bench BenchmarkBusyThroughTicketd -cpu 2 -benchtime 3s ./client/
 func BenchmarkBusyThroughTicketd(b *testing.B) {
@@ -246,6 +247,7 @@ func BenchmarkBusyThroughTicketd(b *testing.B) {
 			b.ReportMetric(float64(st.RefillLatency)/float64(time.Millisecond), "refill-ms")
 			b.ReportMetric(float64(st.LowWater), "low-water")
 			b.ReportMetric(float64(st.BlockSize), "block")
+			b.ReportMetric(float64(st.PeakInFlight), "in-flight")
 			if elapsed := b.Elapsed(); elapsed > 0 {
 				b.ReportMetric(float64(b.N)/elapsed.Seconds()/1e6, "MIDs/s")
 			}

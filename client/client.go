@@ -26,12 +26,15 @@
 //
 // # Refill
 //
-// A background goroutine leases the next block once the IDs left fall below a low-water mark, so that
+// The next block is leased in the background once the IDs left fall below a low-water mark, so that
 // the block lands before the cache runs dry at the observed rate and refill latency; the mark is never
 // below 20% of the last block. The block size follows demand: rate × WithRefillInterval, between the
-// namespace's block size and its maximum. At most one lease is in flight. A failed refill is retried
-// with exponential backoff and jitter while the cached IDs keep being served; only when nothing is left
-// do callers wait, until the context ends or WithMaxWait passes, and then get ErrUnavailable.
+// namespace's block size and its maximum. One lease in flight is the rule; when demand × refill latency
+// is more than the largest block the namespace allows, the Client keeps several blocks cached and
+// several leases in flight, as many as the mark needs (up to WithMaxInFlight), and fewer again when
+// demand falls. A failed refill is retried with exponential backoff and jitter while the cached IDs keep
+// being served; only when nothing is left do callers wait, until the context ends or WithMaxWait passes,
+// and then get ErrUnavailable.
 package client
 
 import (
@@ -124,6 +127,14 @@ type lease struct {
 	stop    func() bool // the expiry timer
 }
 
+// flight is the state of the leases in flight.
+type flight struct {
+	n        int   // leases in flight
+	ids      int64 // IDs they asked for (the namespace's block size for a lease of size 0)
+	peak     int   // the most leases in flight at once so far
+	learning bool  // the namespace's settings are being read: no second lease yet
+}
+
 // Client serves unique IDs of one namespace from leased blocks. All its methods are safe for
 // concurrent use by any number of goroutines.
 type Client struct {
@@ -139,21 +150,23 @@ type Client struct {
 	leases    []*lease // blocks with IDs not yet carved, oldest first
 	expiring  []*lease // blocks with an expiry whose timer is armed
 	uncarved  int64
-	avail     chan struct{}       // closed and replaced whenever waiting callers should look again
-	recent    [16]allocator.Block // the last blocks received, to refuse an overlapping one
+	flight    flight
+	avail     chan struct{}                          // closed and replaced whenever waiting callers should look again
+	recent    [maxInFlightLimit + 16]allocator.Block // the last blocks received, to refuse an overlapping one
 	recentN   int
 	permErr   error // a refill error that waiting will not cure (unknown namespace, bad token)
 	lastErr   error
 	failures  int
 	backoffTo time.Time
-	stopPoke  func() bool
+	stopRetry func() bool
 
 	// adaptive sizing
 	rate       float64 // IDs/s
 	rateAt     time.Time
 	rateCarved int64
 	latency    time.Duration // moving average of successful refills
-	lastTook   time.Duration
+	slowest    time.Duration // the slowest recent refill, decayed by slowestHalfLife
+	slowestAt  time.Time
 	lastSize   int64
 	lowWater   int64
 	nsBlock    int64         // the namespace's block size; 0 until known
@@ -166,8 +179,7 @@ type Client struct {
 	// counters (under mu)
 	served, carvedTotal, discarded, stalls, refills, refillErrors int64
 
-	kick        chan struct{}
-	refillWaits atomic.Bool // the refill goroutine waits for mu
+	refillWaits atomic.Int32 // lease goroutines waiting for mu
 	done        chan struct{}
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -177,7 +189,7 @@ type Client struct {
 
 // New returns a Client that serves IDs of namespace from src. It does no I/O itself: a background
 // goroutine leases the first block at once, and the first Next waits for it. Close the Client to stop
-// that goroutine.
+// its leases.
 func New(src Source, namespace string, opts ...Option) (*Client, error) {
 	if src == nil {
 		return nil, errors.New("client: a Source is required (client.HTTP or client.FromBackend)")
@@ -204,14 +216,13 @@ func New(src Source, namespace string, opts ...Option) (*Client, error) {
 		procs:    int64(min(max(cfg.procs, 1), numShards)),
 		avail:    make(chan struct{}),
 		lowWater: 1, // lease the first block at once
-		kick:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	c.rateAt = cfg.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.kick <- struct{}{}
-	c.wg.Add(1)
-	go c.refillLoop()
+	c.mu.Lock()
+	c.startLeasesLocked()
+	c.mu.Unlock()
 	return c, nil
 }
 
@@ -265,18 +276,18 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 			c.mu.Unlock()
 			return n, ErrClosed
 		}
-		got, kicked := c.carveLocked(dst[n:])
+		got, started := c.carveLocked(dst[n:])
 		n += got
 		for i := 0; i < numShards && n < len(dst); i++ {
 			n += claim(c.shards[i].run.Load(), dst[n:])
 		}
 		if n == len(dst) {
-			c.unlockYielding(kicked)
+			c.unlockYielding(started)
 			return n, nil
 		}
 		if c.permErr != nil {
 			err := c.permErr
-			c.kickLocked() // the refill goroutine retries once its backoff has passed
+			c.startLeasesLocked() // a retry, if its backoff has passed
 			c.mu.Unlock()
 			return n, err
 		}
@@ -284,7 +295,7 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 			stalled = true
 			c.stalls++
 		}
-		c.kickLocked()
+		c.startLeasesLocked()
 		ch := c.avail
 		c.mu.Unlock()
 
@@ -315,30 +326,31 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 	}
 }
 
-// unlockYielding releases c.mu from a caller. When the caller just woke the refill goroutine, or that
-// goroutine waits for c.mu, the caller yields its processor: the refill goroutine was made runnable
-// on this processor and would otherwise wait until this caller is preempted, up to 10ms later, long
-// enough for a busy cache to run dry.
-func (c *Client) unlockYielding(kicked bool) {
+// unlockYielding releases c.mu from a caller. When the caller just started a lease, or a lease goroutine
+// waits for c.mu, the caller yields its processor: that goroutine was made runnable on this processor
+// and would otherwise wait until this caller is preempted, up to 10ms later, long enough for a busy
+// cache to run dry.
+func (c *Client) unlockYielding(yield bool) {
 	c.mu.Unlock()
-	if kicked || c.refillWaits.Load() {
+	if yield || c.refillWaits.Load() > 0 {
 		runtime.Gosched()
 	}
 }
 
-// lockForRefill takes c.mu for the refill goroutine, telling callers that it waits.
+// lockForRefill takes c.mu for a lease goroutine, telling callers that it waits.
 func (c *Client) lockForRefill() {
 	if c.mu.TryLock() {
 		return
 	}
-	c.refillWaits.Store(true)
+	c.refillWaits.Add(1)
 	c.mu.Lock()
-	c.refillWaits.Store(false)
+	c.refillWaits.Add(-1)
 }
 
 // carveLocked gives the caller's processor a new run (or, for a batch of at least a run, IDs straight
-// from the oldest block) and claims from it. It reports whether it woke the refill goroutine.
-func (c *Client) carveLocked(dst []int64) (n int, kicked bool) {
+// from the oldest block) and claims from it, and starts the leases needed. It reports whether it started
+// one.
+func (c *Client) carveLocked(dst []int64) (n int, started bool) {
 	s := &c.shards[procID()&shardMask]
 	n = claim(s.run.Load(), dst) // another goroutine may have installed a run meanwhile
 	for n < len(dst) {
@@ -365,10 +377,8 @@ func (c *Client) carveLocked(dst []int64) (n int, kicked bool) {
 		s.run.Store(r)
 		n += claim(r, dst[n:])
 	}
-	if c.needRefillLocked() {
-		kicked = c.kickLocked()
-	}
-	return n, kicked
+	c.sampleRateLocked(c.cfg.clock.Now())
+	return n, c.startLeasesLocked()
 }
 
 // runSize is how many IDs a processor takes from l at a time: a share of the block small enough that
@@ -440,9 +450,7 @@ func (c *Client) revokeLocked(l *lease) {
 		c.served += claimed
 		c.discarded += left
 	}
-	if c.needRefillLocked() {
-		c.kickLocked()
-	}
+	c.startLeasesLocked()
 }
 
 // drain removes r from s and ends it: a claim that comes after returns nothing. It returns how many
@@ -452,16 +460,6 @@ func (c *Client) drain(s *shard, r *run) (claimed, left int64) {
 	old := r.next.Swap(r.size)
 	claimed = min(max(old, 0), r.size)
 	return claimed, r.size - claimed
-}
-
-// kickLocked wakes the refill goroutine; it reports whether this call did (rather than an earlier one).
-func (c *Client) kickLocked() bool {
-	select {
-	case c.kick <- struct{}{}:
-		return true
-	default:
-		return false
-	}
 }
 
 func (c *Client) broadcastLocked() {
@@ -484,11 +482,16 @@ type Stats struct {
 	Discarded int64
 	// Cached is the number of IDs held now.
 	Cached int64
-	// Rate is the demand in IDs per second, as estimated at the last refill.
+	// Rate is the demand in IDs per second, as last estimated.
 	Rate float64
-	// BlockSize is the size of the last block leased; LowWater the number of cached IDs below which
-	// the next refill starts.
+	// BlockSize is the size of the last block leased; LowWater the number of IDs, cached and asked for
+	// by the leases in flight, below which the next lease starts.
 	BlockSize, LowWater int64
+	// Blocks is the number of leased blocks with IDs not yet handed to a processor or caller.
+	Blocks int
+	// InFlight is the number of leases in flight now, PeakInFlight the most there have been at once
+	// (at most WithMaxInFlight).
+	InFlight, PeakInFlight int
 	// LastError is the error of the last refill, nil when it succeeded.
 	LastError error
 	// Endpoints describes each ticketd URL of an HTTP source; nil for FromBackend.
@@ -502,6 +505,12 @@ func (c *Client) Stats() Stats {
 		Served: c.served, Refills: c.refills, RefillErrors: c.refillErrors, RefillLatency: c.latency,
 		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.rate,
 		BlockSize: c.lastSize, LowWater: c.lowWater, LastError: c.lastErr,
+		InFlight: c.flight.n, PeakInFlight: c.flight.peak,
+	}
+	for _, l := range c.leases {
+		if l.carved < l.blk.Size {
+			st.Blocks++
+		}
 	}
 	for i := range c.shards {
 		if r := c.shards[i].run.Load(); r != nil {
@@ -515,8 +524,9 @@ func (c *Client) Stats() Stats {
 	return st
 }
 
-// Close stops the background refill and releases the source's idle connections. IDs still cached are
-// never issued (a gap). Calls to Next after Close return ErrClosed. Close is safe to call more than
+// Close stops the background refill, cancels the leases in flight and releases the source's idle
+// connections. IDs still cached, and blocks that land after Close, are never issued (a gap). Calls to
+// Next after Close return ErrClosed. Close is safe to call more than
 // once and always returns nil.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
@@ -532,8 +542,8 @@ func (c *Client) Close() error {
 			l.stop()
 		}
 		c.expiring = nil
-		if c.stopPoke != nil {
-			c.stopPoke()
+		if c.stopRetry != nil {
+			c.stopRetry()
 		}
 		c.broadcastLocked()
 		c.mu.Unlock()

@@ -92,13 +92,15 @@ func TestOptionsAreClamped(t *testing.T) {
 	}{
 		{"defaults", nil, func(c config) error {
 			if c.refillInterval != time.Second || c.maxWait != 10*time.Second || c.requestTimeout != 5*time.Second ||
-				c.backoffMin != 50*time.Millisecond || c.backoffMax != 5*time.Second || c.minBlock != 0 || c.maxBlock != 0 {
+				c.backoffMin != 50*time.Millisecond || c.backoffMax != 5*time.Second || c.minBlock != 0 || c.maxBlock != 0 ||
+				c.maxInFlight != 16 {
 				return fmt.Errorf("%+v", c)
 			}
 			return nil
 		}},
-		{"negative means default", []Option{WithRefillInterval(-1), WithMaxWait(-5), WithMinBlockSize(-3), WithMaxBlockSize(-1)}, func(c config) error {
-			if c.refillInterval != time.Second || c.maxWait != 10*time.Second || c.minBlock != 0 || c.maxBlock != 0 {
+		{"negative means default", []Option{WithRefillInterval(-1), WithMaxWait(-5), WithMinBlockSize(-3), WithMaxBlockSize(-1),
+			WithMaxInFlight(-2)}, func(c config) error {
+			if c.refillInterval != time.Second || c.maxWait != 10*time.Second || c.minBlock != 0 || c.maxBlock != 0 || c.maxInFlight != 16 {
 				return fmt.Errorf("%+v", c)
 			}
 			return nil
@@ -112,9 +114,10 @@ func TestOptionsAreClamped(t *testing.T) {
 			return nil
 		}},
 		{"too large", []Option{WithRefillInterval(1000 * time.Hour), WithMaxWait(1000 * time.Hour), WithRequestTimeout(time.Hour),
-			WithBackoff(time.Hour, 2*time.Hour), WithMaxBlockSize(1 << 40)}, func(c config) error {
+			WithBackoff(time.Hour, 2*time.Hour), WithMaxBlockSize(1 << 40), WithMaxInFlight(1000)}, func(c config) error {
 			if c.refillInterval != time.Hour || c.maxWait != time.Hour || c.requestTimeout != 5*time.Minute ||
-				c.backoffMin != 10*time.Minute || c.backoffMax != 10*time.Minute || c.maxBlock != allocator.MaxBlockSizeLimit {
+				c.backoffMin != 10*time.Minute || c.backoffMax != 10*time.Minute || c.maxBlock != allocator.MaxBlockSizeLimit ||
+				c.maxInFlight != 64 {
 				return fmt.Errorf("%+v", c)
 			}
 			return nil
@@ -127,6 +130,12 @@ func TestOptionsAreClamped(t *testing.T) {
 		}},
 		{"min block above max", []Option{WithMinBlockSize(5000), WithMaxBlockSize(100)}, func(c config) error {
 			if c.minBlock != 100 || c.maxBlock != 100 {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"one lease at a time", []Option{WithMaxInFlight(1)}, func(c config) error {
+			if c.maxInFlight != 1 {
 				return fmt.Errorf("%+v", c)
 			}
 			return nil
@@ -198,6 +207,9 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	set.check(t, goroutines*perG)
+	// A block counts at the backend when it is leased, and in Stats when it is cached: the counts
+	// agree once no lease is in flight.
+	eventually(t, "no lease in flight", func() bool { return c.Stats().InFlight == 0 })
 	blocks := fake.leased()
 	var leased int64
 	for _, b := range blocks {
@@ -214,6 +226,39 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 		t.Fatalf("Refills = %d, blocks leased %d", st.Refills, len(blocks))
 	}
 	t.Logf("%d IDs from %d blocks; stats %+v", goroutines*perG, len(blocks), st)
+}
+
+// TestUniqueWithSeveralLeasesInFlight: while 32 goroutines take IDs through Next and NextN, eight
+// leases are in flight at once and their blocks land in any order; no ID twice, and the counters add
+// up.
+func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "many", BlockSize: 1000, MaxBlockSize: 1000})
+	fake.delay = time.Millisecond
+	c := newClient(t, FromBackend(fake), "many", WithMaxInFlight(8))
+	first := mustNext(t, c)
+	// As if a refill had just taken an hour: the mark asks for far more than eight blocks, so eight
+	// leases are in flight whenever one starts.
+	c.mu.Lock()
+	c.slowest, c.slowestAt = time.Hour, c.cfg.clock.Now()
+	c.mu.Unlock()
+	const goroutines, perG = 32, 20_000
+	set := newIDSet()
+	set.adder().add(first)
+	l := startLoad(c, set, goroutines, perG)
+	l.wait(t)
+	set.check(t, goroutines*perG+1)
+	eventually(t, "the last leases landed", func() bool { return c.Stats().InFlight == 0 })
+	st := c.Stats()
+	var leased int64
+	for _, b := range fake.leased() {
+		leased += b.Size
+	}
+	if st.Served != goroutines*perG+1 || st.Served+st.Cached+st.Discarded != leased || st.Refills != int64(len(fake.leased())) {
+		t.Fatalf("stats %+v: served + cached + discarded must be the %d IDs of the %d blocks leased", st, leased, len(fake.leased()))
+	}
+	if st.PeakInFlight != 8 {
+		t.Fatalf("at most %d leases in flight at once, want WithMaxInFlight's 8", st.PeakInFlight)
+	}
 }
 
 // TestEveryIDComesFromALeasedBlock checks the arithmetic: IDs are exactly the blocks' IDs, with a
@@ -672,6 +717,28 @@ func TestLowWaterMark(t *testing.T) {
 	}
 }
 
+// TestPlannedLatencyRemembersTheSlowest: the mark plans for the slower of the moving average and the
+// slowest recent refill, which is forgotten at half per second.
+func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
+	clk := newFakeClock()
+	c := &Client{cfg: config{clock: clk}}
+	step := func(after, took, want time.Duration) {
+		t.Helper()
+		clk.Advance(after)
+		c.noteLatencyLocked(took, clk.Now())
+		c.refills++
+		if got := c.refillLatency(); got.Round(time.Microsecond) != want {
+			t.Fatalf("after a refill of %s: plans for %s, want %s", took, got, want)
+		}
+	}
+	step(0, 10*time.Millisecond, 10*time.Millisecond)                // the first sets the average
+	step(time.Second, 210*time.Millisecond, 210*time.Millisecond)    // slowest: 210ms; average 60ms
+	step(time.Second, 10*time.Millisecond, 105*time.Millisecond)     // half of it a second later
+	step(2*time.Second, 10*time.Millisecond, 38125*time.Microsecond) // slowest 26.25ms; average 38.125ms
+	step(10*time.Second, 400*time.Millisecond, 400*time.Millisecond) // a slower one takes over
+	step(0, 10*time.Millisecond, 400*time.Millisecond)               // and is not forgotten at once
+}
+
 // TestOverlappingBlockIsRefused: a source that hands out the same block twice (a restored ticket
 // database) does not make the client serve an ID twice.
 func TestOverlappingBlockIsRefused(t *testing.T) {
@@ -696,7 +763,7 @@ func TestOverlappingBlockIsRefused(t *testing.T) {
 }
 
 // TestCloseStopsEverything: Close twice is fine, waiting callers return ErrClosed, later calls too,
-// and the refill goroutine is gone (goleak in TestMain checks the whole package).
+// and the lease goroutines are gone (goleak in TestMain checks the whole package).
 func TestCloseStopsEverything(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "close", BlockSize: 10, MaxBlockSize: 10})
 	fake.gate, fake.free = make(chan struct{}), 1
@@ -845,5 +912,90 @@ func TestClaimNeverPassesTheRun(t *testing.T) {
 	}
 	if r2.next.Load() > 2+2 {
 		t.Fatalf("next grew to %d on a used-up run", r2.next.Load())
+	}
+}
+
+// TestLeasesInFlightFollowDemand: while demand × refill latency is more than the largest block, the
+// client keeps several leases in flight, as many as WithMaxInFlight allows and never more, and caches
+// several blocks; when demand falls it goes back to one lease at a time. A manual clock sets the rate
+// and the latency, and the backend holds every lease until the test lets it land, so nobody waits.
+func TestLeasesInFlightFollowDemand(t *testing.T) {
+	clk := newFakeClock()
+	fake := newFake(allocator.Namespace{Name: "pipe", BlockSize: 1000, MaxBlockSize: 1000})
+	fake.gate, fake.free = make(chan struct{}), 1
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: every cached ID is in Stats().Cached
+	c := newClient(t, FromBackend(fake), "pipe", withClock(clk), withProcs(1), WithMaxInFlight(4))
+	buf := make([]int64, 100)
+	take := func(n int) {
+		t.Helper()
+		for ; n > 0; n -= len(buf) {
+			if _, err := c.NextN(context.Background(), buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	land := func() { // lets one held lease land, and waits until its block is cached
+		t.Helper()
+		refills := c.Stats().Refills
+		select {
+		case fake.gate <- struct{}{}:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no lease waits to land")
+		}
+		eventually(t, "the block cached", func() bool { return c.Stats().Refills == refills+1 })
+	}
+	take(100) // the first block, which the backend lets through
+	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.nsMax == 1000 })
+
+	// Tens of thousands of IDs a second; the second lease starts below the mark and takes 300ms.
+	clk.Advance(10 * time.Millisecond)
+	take(900)
+	eventually(t, "the second lease", func() bool { return fake.leaseCalls() == 2 })
+	clk.Advance(300 * time.Millisecond)
+	land()
+	eventually(t, "four leases in flight", func() bool { return fake.leaseCalls() == 6 })
+	st := c.Stats()
+	if st.InFlight != 4 || st.PeakInFlight != 4 || st.LowWater <= 4*1000+st.Cached {
+		t.Fatalf("stats %+v: want 4 leases in flight (WithMaxInFlight), below a mark they cannot reach", st)
+	}
+	for range 10 { // what is cached, at 100,000 IDs/s: the leases in flight stay four
+		clk.Advance(time.Millisecond)
+		take(100)
+	}
+	time.Sleep(5 * time.Millisecond) // room for a wrong fifth lease to show
+	if n, st := fake.leaseCalls(), c.Stats(); n != 6 || st.InFlight != 4 {
+		t.Fatalf("%d lease calls, %d in flight, want 6 and 4", n, st.InFlight)
+	}
+	// The leases land; others replace them, never more than four in flight, until the IDs cached
+	// reach the mark.
+	for c.Stats().InFlight > 0 {
+		land()
+		if st := c.Stats(); st.InFlight > 4 {
+			t.Fatalf("%d leases in flight, WithMaxInFlight(4)", st.InFlight)
+		}
+	}
+	st = c.Stats()
+	t.Logf("after the burst: %+v", st)
+	if st.Blocks < 10 || st.Cached < st.LowWater {
+		t.Fatalf("stats %+v: want at least 10 blocks cached, up to the mark", st)
+	}
+
+	// Demand falls to 10,000 IDs/s: the mark follows it down, and once the cache has run down to a few
+	// blocks, one lease at a time is enough.
+	for range 1000 {
+		clk.Advance(10 * time.Millisecond)
+		take(100)
+		st := c.Stats()
+		if st.InFlight > 1 && st.Cached < 5000 {
+			t.Fatalf("at 10,000 IDs/s, %d cached: %d leases in flight (stats %+v)", st.Cached, st.InFlight, st)
+		}
+		for range st.InFlight {
+			land()
+		}
+	}
+	st = c.Stats()
+	t.Logf("after demand fell: %+v", st)
+	if st.Blocks > 2 || st.LowWater > 1000 || st.PeakInFlight != 4 || st.Stalls != 0 {
+		t.Fatalf("stats %+v: want at most 2 blocks cached, a mark below a block, no stall", st)
 	}
 }

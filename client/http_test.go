@@ -171,6 +171,9 @@ func TestHTTPUniqueAcrossTwoServers(t *testing.T) {
 	if got := a.lastAuth.Load(); got != "Bearer tok" {
 		t.Fatalf("Authorization = %q", got)
 	}
+	// A lease counts on its endpoint when the answer comes, and in Refills when its block is cached: the
+	// counts agree once no lease is in flight.
+	eventually(t, "no lease in flight", func() bool { return c.Stats().InFlight == 0 })
 	st := c.Stats()
 	if len(st.Endpoints) != 2 || !st.Endpoints[0].Healthy || !st.Endpoints[1].Healthy ||
 		st.Endpoints[0].Leases+st.Endpoints[1].Leases != st.Refills {

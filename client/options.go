@@ -22,6 +22,7 @@ type config struct {
 	requestTimeout time.Duration
 	backoffMin     time.Duration
 	backoffMax     time.Duration
+	maxInFlight    int
 
 	clock  clock
 	jitter func() float64 // in [0, 1)
@@ -35,6 +36,7 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	DefaultBackoffMin     = 50 * time.Millisecond
 	DefaultBackoffMax     = 5 * time.Second
+	DefaultMaxInFlight    = 16
 
 	minRefillInterval = 10 * time.Millisecond
 	maxRefillInterval = time.Hour
@@ -44,6 +46,7 @@ const (
 	maxRequestTimeout = 5 * time.Minute
 	minBackoff        = time.Millisecond
 	maxBackoff        = 10 * time.Minute
+	maxInFlightLimit  = 64
 )
 
 // WithToken sets the bearer token sent to ticketd servers (the namespace's token or the admin token).
@@ -83,6 +86,13 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.backoffMin, c.backoffMax = min, max }
 }
 
+// WithMaxInFlight bounds the leases a Client has in flight at once. One lease at a time is enough
+// while a block covers the IDs taken during a refill; when demand × refill latency is more than the
+// largest block the namespace allows, the Client keeps several blocks cached and several leases in
+// flight, as many as its low-water mark needs, up to n. Default DefaultMaxInFlight (16); clamped to
+// [1, 64].
+func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+
 func clampDuration(d, def, lo, hi time.Duration) time.Duration {
 	switch {
 	case d <= 0:
@@ -103,6 +113,12 @@ func (c config) withDefaults() config {
 	c.backoffMin = clampDuration(c.backoffMin, DefaultBackoffMin, minBackoff, maxBackoff)
 	c.backoffMax = clampDuration(c.backoffMax, DefaultBackoffMax, minBackoff, maxBackoff)
 	c.backoffMax = max(c.backoffMax, c.backoffMin)
+	switch {
+	case c.maxInFlight <= 0:
+		c.maxInFlight = DefaultMaxInFlight
+	case c.maxInFlight > maxInFlightLimit:
+		c.maxInFlight = maxInFlightLimit
+	}
 	if c.minBlock < 0 {
 		c.minBlock = 0
 	}

@@ -9,72 +9,94 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 )
 
-// refillLoop is the Client's one background goroutine: every lease goes through it, so at most one is
-// in flight however many callers cross a block boundary together.
-func (c *Client) refillLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-c.kick:
-		}
-		for c.refillOnce() {
-		}
-	}
+// retry starts the leases needed once a backoff has passed (from a timer).
+func (c *Client) retry() {
+	c.mu.Lock()
+	c.startLeasesLocked()
+	c.mu.Unlock()
 }
 
-// poke wakes the refill goroutine (from timers).
-func (c *Client) poke() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
-
-// needRefillLocked reports whether a block should be leased now: the uncarved IDs are below the
-// low-water mark (which is at least 1, so waiting callers, who find none, always qualify).
-func (c *Client) needRefillLocked() bool {
-	return !c.closed && c.uncarved < c.lowWater
-}
-
-// refillOnce leases one block if one is needed and no backoff is running; it reports whether to look
-// again at once.
-func (c *Client) refillOnce() bool {
-	c.lockForRefill()
-	if !c.needRefillLocked() || c.cfg.clock.Now().Before(c.backoffTo) {
-		c.mu.Unlock()
+// needLeaseLocked reports whether to start a lease now: the IDs cached and asked for by the leases in
+// flight are below the low-water mark (which is at least 1, so waiting callers, who find none, always
+// qualify), fewer leases than WithMaxInFlight are in flight, and no backoff is running. Until the first
+// block has landed, one lease at a time, and none while the namespace's settings are read after it.
+func (c *Client) needLeaseLocked() bool {
+	f := &c.flight
+	if c.closed || c.uncarved+f.ids >= c.lowWater || f.n >= c.cfg.maxInFlight {
 		return false
 	}
-	size := c.requestSizeLocked()
-	c.mu.Unlock()
+	if f.learning || (f.n > 0 && c.refills == 0) {
+		return false
+	}
+	return !c.cfg.clock.Now().Before(c.backoffTo)
+}
 
+// startLeasesLocked starts leases while one is needed, each in a goroutine of its own, and reports
+// whether it started any. Whoever sees the
+// need starts them (New, a caller carving a run, a lease that lands, a backoff timer): on a busy process
+// every hop from one goroutine to another may wait for a processor, so there is no refill goroutine
+// to wake.
+func (c *Client) startLeasesLocked() (started bool) {
+	for c.needLeaseLocked() {
+		size := c.requestSizeLocked()
+		ids := size
+		if ids == 0 {
+			ids = max(c.nsBlock, 1)
+		}
+		f := &c.flight
+		f.n++
+		f.ids += ids
+		f.peak = max(f.peak, f.n)
+		c.wg.Add(1)
+		go c.lease(size, ids)
+		started = true
+	}
+	return started
+}
+
+// lease takes one block of size IDs from the source (ids of them counted in flight), adds it to the
+// cache, and starts the leases needed next.
+func (c *Client) lease(size, ids int64) {
+	defer c.wg.Done()
 	start := c.cfg.clock.Now()
 	blk, err := c.src.lease(c.ctx, size)
-	took := c.cfg.clock.Now().Sub(start)
+	now := c.cfg.clock.Now()
+	took := now.Sub(start)
+	var useBy time.Time
+	if err == nil {
+		useBy, err = c.checkBlock(blk, now) // before the lock: callers carving runs share it
+	}
 
 	c.lockForRefill()
 	defer c.mu.Unlock()
+	c.flight.n--
+	c.flight.ids -= ids
 	if c.closed {
-		return false
+		return // the block is a gap
 	}
-	again := c.finishLocked(blk, err, size, took)
-	if err == nil && !c.settingsOK {
-		c.settingsOK = true
+	leased := err == nil
+	if leased {
+		err = c.overlapLocked(blk)
+	}
+	c.finishLocked(blk, useBy, err, size, took)
+	if leased && !c.settingsOK {
+		c.settingsOK, c.flight.learning = true, true
 		c.mu.Unlock()
-		c.learnSettings()
+		ns, err := c.src.settings(c.ctx)
 		c.lockForRefill()
+		c.flight.learning = false
+		if c.closed {
+			return
+		}
+		c.learnSettingsLocked(ns, err)
 	}
-	return again
+	c.startLeasesLocked()
 }
 
-// learnSettings asks the source for the namespace's block size bounds and lease TTL, once. When the
-// source cannot tell (an older server, a token that may not read settings), the defaults stand and a
-// refused size lowers the cap instead.
-func (c *Client) learnSettings() {
-	ns, err := c.src.settings(c.ctx)
-	c.lockForRefill()
-	defer c.mu.Unlock()
+// learnSettingsLocked takes the namespace's block size bounds and lease TTL, read once after the first
+// block. When the source cannot tell (an older server, a token that may not read settings), the
+// defaults stand and a refused size lowers the cap instead.
+func (c *Client) learnSettingsLocked(ns allocator.Namespace, err error) {
 	if err != nil {
 		return
 	}
@@ -106,17 +128,31 @@ func (c *Client) bounds() (lo, hi int64) {
 	return min(lo, hi), hi
 }
 
+// rateWindow is the shortest time the demand is measured over: carves and leases within it keep the
+// rate measured before.
+const rateWindow = 10 * time.Millisecond
+
+// sampleRateLocked measures the demand since the last sample, once rateWindow has passed, and moves the
+// low-water mark with it. Callers sample as they carve runs, and leases as they start.
+func (c *Client) sampleRateLocked(now time.Time) {
+	dt := now.Sub(c.rateAt)
+	if dt < rateWindow {
+		return
+	}
+	sample := float64(c.carvedTotal-c.rateCarved) / dt.Seconds()
+	// Follow a rising rate at once (a stall costs more than a large block); let a falling one decay.
+	c.rate = max(sample, (c.rate+sample)/2)
+	c.rateAt, c.rateCarved = now, c.carvedTotal
+	if c.refills > 0 {
+		c.setLowWaterLocked()
+	}
+}
+
 // requestSizeLocked samples the demand and returns the size of the next block: enough for the refill
 // interval at the observed rate, and for several refill latencies, within the bounds and short enough
 // to be used up before its lease expires. 0 asks for the namespace's block size.
 func (c *Client) requestSizeLocked() int64 {
-	now := c.cfg.clock.Now()
-	if dt := now.Sub(c.rateAt); dt > 0 {
-		sample := float64(c.carvedTotal-c.rateCarved) / max(dt, time.Millisecond).Seconds()
-		// Follow a rising rate at once (a stall costs more than a large block); let a falling one decay.
-		c.rate = max(sample, (c.rate+sample)/2)
-		c.rateAt, c.rateCarved = now, c.carvedTotal
-	}
+	c.sampleRateLocked(c.cfg.clock.Now())
 	if c.refills == 0 && c.cfg.minBlock == 0 && c.cfg.maxBlock == 0 {
 		return 0
 	}
@@ -143,8 +179,26 @@ func (c *Client) blockLife() time.Duration {
 	}
 }
 
-// refillLatency is what the low-water mark plans for: the larger of the moving average and the last.
-func (c *Client) refillLatency() time.Duration { return max(c.latency, c.lastTook) }
+// refillLatency is what the low-water mark plans for: the larger of the moving average and the slowest
+// recent refill.
+func (c *Client) refillLatency() time.Duration { return max(c.latency, c.slowest) }
+
+// slowestHalfLife is how fast a slow refill is forgotten: a busy process or server is slow in bursts,
+// and the next burst is likely while the last is recent.
+const slowestHalfLife = time.Second
+
+// noteLatencyLocked records how long a successful refill took.
+func (c *Client) noteLatencyLocked(took time.Duration, now time.Time) {
+	if c.refills == 0 {
+		c.latency = took
+	} else {
+		c.latency = (3*c.latency + took) / 4
+	}
+	if dt := now.Sub(c.slowestAt); dt > 0 {
+		c.slowest = time.Duration(float64(c.slowest) * math.Exp2(-dt.Seconds()/slowestHalfLife.Seconds()))
+	}
+	c.slowest, c.slowestAt = max(c.slowest, took), now
+}
 
 // schedulingSlack is the time a refill may wait for a processor before it starts: the Go scheduler
 // preempts a busy goroutine after 10ms.
@@ -152,26 +206,28 @@ const schedulingSlack = 10 * time.Millisecond
 
 // setLowWaterLocked sets the mark so that a refill started at it lands before the cache runs out at the
 // observed rate: room for two refill latencies plus the scheduling slack, and never below 20% of the
-// last block. When that is more than a block, refills follow each other and the cache holds two.
+// last block. The mark counts the IDs cached and those asked for by the leases in flight; when it is
+// more than a block, several leases are in flight and the cache holds several blocks. Blocks that
+// expire hold no more than half their life's worth: IDs beyond it would expire unserved.
 func (c *Client) setLowWaterLocked() {
 	runway := 2*c.refillLatency() + schedulingSlack
+	if life := c.blockLife(); life > 0 {
+		runway = min(runway, life/2)
+	}
 	c.lowWater = max(c.lastSize/5, int64(math.Ceil(c.rate*runway.Seconds())), 1)
 }
 
-// finishLocked records the outcome of a lease; it reports whether to look again at once.
-func (c *Client) finishLocked(blk allocator.Block, err error, size int64, took time.Duration) bool {
+// finishLocked records the outcome of a lease and adds its block, to be served until useBy (zero:
+// no expiry), to the cache.
+func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, size int64, took time.Duration) {
 	now := c.cfg.clock.Now()
-	var useBy time.Time
-	if err == nil {
-		useBy, err = c.checkBlockLocked(blk, now)
-	}
 	if err != nil {
 		c.refillErrors++
 		c.lastErr = err
 		if errors.Is(err, allocator.ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
 			// The namespace's maximum is below what we asked; ask for less, at once.
 			c.sizeCap = size / 2
-			return true
+			return
 		}
 		c.failures++
 		wait := c.backoffLocked()
@@ -180,24 +236,19 @@ func (c *Client) finishLocked(blk allocator.Block, err error, size int64, took t
 			wait = se.RetryAfter
 		}
 		c.backoffTo = now.Add(wait)
-		if c.stopPoke != nil {
-			c.stopPoke()
+		if c.stopRetry != nil {
+			c.stopRetry()
 		}
-		c.stopPoke = c.cfg.clock.AfterFunc(wait, c.poke)
+		c.stopRetry = c.cfg.clock.AfterFunc(wait, c.retry)
 		if permanent(err) {
 			c.permErr = fmt.Errorf("client: namespace %s: %w", c.ns, err)
 			c.broadcastLocked()
 		}
-		return false
+		return
 	}
 
 	c.failures, c.permErr, c.lastErr, c.backoffTo = 0, nil, nil, time.Time{}
-	if c.refills == 0 {
-		c.latency = took
-	} else {
-		c.latency = (3*c.latency + took) / 4
-	}
-	c.lastTook = took
+	c.noteLatencyLocked(took, now)
 	c.refills++
 	c.lastSize = blk.Size
 	c.lastLife = 0
@@ -224,22 +275,16 @@ func (c *Client) finishLocked(blk allocator.Block, err error, size int64, took t
 	}
 	c.setLowWaterLocked()
 	c.broadcastLocked()
-	return true
 }
 
-// checkBlockLocked refuses a block that is malformed, of another namespace, overlapping one already
-// received, or (nearly) expired; it returns when to stop serving the block.
-func (c *Client) checkBlockLocked(blk allocator.Block, now time.Time) (time.Time, error) {
+// checkBlock refuses a block that is malformed, of another namespace, or (nearly) expired; it returns
+// when to stop serving the block.
+func (c *Client) checkBlock(blk allocator.Block, now time.Time) (time.Time, error) {
 	if err := blk.Validate(); err != nil {
 		return time.Time{}, fmt.Errorf("%w: %w", ErrBadResponse, err)
 	}
 	if blk.Namespace != "" && blk.Namespace != c.ns {
 		return time.Time{}, fmt.Errorf("%w: asked for a block of %s, got one of %s", ErrBadResponse, c.ns, blk.Namespace)
-	}
-	for i := range min(c.recentN, len(c.recent)) {
-		if overlaps(c.recent[i], blk) {
-			return time.Time{}, fmt.Errorf("%w: %v and %v", ErrOverlap, c.recent[i], blk)
-		}
 	}
 	if blk.ExpiresAt.IsZero() {
 		return time.Time{}, nil
@@ -253,6 +298,16 @@ func (c *Client) checkBlockLocked(blk allocator.Block, now time.Time) (time.Time
 			ErrBadResponse, blk, blk.ExpiresAt.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
 	return useBy, nil
+}
+
+// overlapLocked refuses a block that shares IDs with one of the last blocks received.
+func (c *Client) overlapLocked(blk allocator.Block) error {
+	for i := range min(c.recentN, len(c.recent)) {
+		if overlaps(c.recent[i], blk) {
+			return fmt.Errorf("%w: %v and %v", ErrOverlap, c.recent[i], blk)
+		}
+	}
+	return nil
 }
 
 // overlaps reports whether two blocks of the same step and residue share an ID. Blocks of different

@@ -15,7 +15,7 @@ type Source interface {
 	open(namespace string, cfg *config) (leaser, error)
 }
 
-// leaser is an opened Source, used by one Client's refill goroutine (and Stats).
+// leaser is an opened Source, used by one Client's lease goroutines, several at once (and Stats).
 type leaser interface {
 	// lease takes a block of size IDs (0: the namespace's block size).
 	lease(ctx context.Context, size int64) (allocator.Block, error)
