@@ -1,8 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -15,6 +19,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/api"
 )
 
 // sink keeps results alive; each goroutine adds to it once, at its end, so that no benchmark writes a
@@ -287,4 +292,42 @@ func busy(b *testing.B, c *Client, goroutines int, d time.Duration, n int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// answer is an http.RoundTripper that answers every lease in memory with the same block: what one
+// lease costs the client's processors, without the network and the server.
+type answer struct{ body []byte }
+
+func (a answer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body)), Request: req}, nil
+}
+
+// BenchmarkLeaseHTTP is the client's own work for one lease through client.HTTP, on the processors
+// that callers keep busy: building the request, reading and checking the answer.
+//
+//	go test -run '^$' -bench BenchmarkLeaseHTTP -benchmem ./client/
+func BenchmarkLeaseHTTP(b *testing.B) {
+	body, err := json.Marshal(api.FromBlock(allocator.Block{Namespace: "bench", Server: "a", Start: 1, Step: 2,
+		Size: 1_000_000, ExpiresAt: time.Now().Add(time.Hour)}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := config{httpClient: &http.Client{Transport: answer{body}}, token: "token"}.withDefaults()
+	l, err := HTTP("http://ticketd-a:8080", "http://ticketd-b:8080").open("bench", &cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.lease(ctx, 1_000_000); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

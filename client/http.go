@@ -57,7 +57,10 @@ func (s httpSource) open(namespace string, cfg *config) (leaser, error) {
 	h.hc = cfg.httpClient
 	if h.hc == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 4
+		// A connection for each lease in flight, and one being handed back as the next lease starts:
+		// a lease that has to dial first takes one more network round trip, which on a busy process
+		// waits for a processor like the answer does.
+		t.MaxIdleConnsPerHost = cfg.maxInFlight + 1
 		h.hc, h.own = &http.Client{Transport: t}, true
 	}
 	return h, nil

@@ -31,12 +31,11 @@ func (c *Client) needLeaseLocked() bool {
 	return !c.cfg.clock.Now().Before(c.backoffTo)
 }
 
-// startLeasesLocked starts leases while one is needed, each in a goroutine of its own, and reports
-// whether it started any. Whoever sees the
+// startLeasesLocked starts leases while one is needed, each in a goroutine of its own. Whoever sees the
 // need starts them (New, a caller carving a run, a lease that lands, a backoff timer): on a busy process
 // every hop from one goroutine to another may wait for a processor, so there is no refill goroutine
 // to wake.
-func (c *Client) startLeasesLocked() (started bool) {
+func (c *Client) startLeasesLocked() {
 	for c.needLeaseLocked() {
 		size := c.requestSizeLocked()
 		ids := size
@@ -49,9 +48,7 @@ func (c *Client) startLeasesLocked() (started bool) {
 		f.peak = max(f.peak, f.n)
 		c.wg.Add(1)
 		go c.lease(size, ids)
-		started = true
 	}
-	return started
 }
 
 // lease takes one block of size IDs from the source (ids of them counted in flight), adds it to the
