@@ -180,6 +180,7 @@ type Client struct {
 	served, carvedTotal, discarded, stalls, refills, refillErrors int64
 
 	refillWaits atomic.Int32 // lease goroutines waiting for mu
+	waiting     atomic.Int32 // callers waiting for a block
 	done        chan struct{}
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -297,6 +298,7 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 		}
 		c.startLeasesLocked()
 		ch := c.avail
+		c.waiting.Add(1)
 		c.mu.Unlock()
 
 		if timer == nil {
@@ -311,6 +313,14 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 		case <-timer.C:
 			why = fmt.Errorf("waited %s (WithMaxWait)", c.cfg.maxWait)
 		case <-c.done:
+		}
+		c.waiting.Add(-1)
+		if why == nil {
+			select {
+			case <-c.done:
+			default:
+				continue // look again, first without the lock: the block that landed may have left a run here
+			}
 		}
 		c.mu.Lock()
 		closed, last := c.closed, c.lastErr
@@ -372,17 +382,39 @@ func (c *Client) carveLocked(dst []int64) (n int, inFlight bool) {
 			}
 			continue
 		}
-		base, got := c.carve(l, size)
-		if old := s.run.Load(); old != nil {
-			c.served += old.size // used up: claim failed while no one else could install a run
-		}
-		r := &run{size: got, base: base, step: l.blk.Step, lease: l}
-		s.run.Store(r)
-		n += claim(r, dst[n:])
+		// The old run is used up: claim failed while no one else could install a run.
+		n += claim(c.installLocked(s, l), dst[n:])
 	}
 	c.sampleRateLocked(c.cfg.clock.Now())
 	c.startLeasesLocked()
 	return n, c.flight.n > 0
+}
+
+// installLocked gives s a new run carved from l, in place of its used-up one.
+func (c *Client) installLocked(s *shard, l *lease) *run {
+	base, got := c.carve(l, c.runSize(l))
+	if old := s.run.Load(); old != nil {
+		c.served += old.size
+	}
+	r := &run{size: got, base: base, step: l.blk.Step, lease: l}
+	s.run.Store(r)
+	return r
+}
+
+// fillShardsLocked gives every processor whose run is used up a new one, so that the callers a landing
+// block wakes take their IDs without the lock rather than all queueing for it.
+func (c *Client) fillShardsLocked() {
+	for i := range c.procs {
+		s := &c.shards[i]
+		if r := s.run.Load(); r != nil && r.next.Load() < r.size {
+			continue
+		}
+		l := c.headLocked()
+		if l == nil {
+			return
+		}
+		c.installLocked(s, l)
+	}
 }
 
 // runSize is how many IDs a processor takes from l at a time: a share of the block small enough that

@@ -340,6 +340,55 @@ func TestConcurrentCallersCauseOneFetch(t *testing.T) {
 	}
 }
 
+// TestLandingBlockGivesEveryProcessorARun: when several callers wait for a block, the block that
+// lands gives every processor a run before they wake, so that they take their IDs without queueing
+// for the lock; a caller alone carves its own run.
+func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "herd", BlockSize: 1000, MaxBlockSize: 1000})
+	fake.gate, fake.free = make(chan struct{}), 1
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // every caller on processor 0
+	c := newClient(t, FromBackend(fake), "herd", withProcs(4), withClock(newFakeClock()))
+	for range 1000 {
+		mustNext(t, c)
+	}
+	for i := 1; i < 4; i++ {
+		if c.shards[i].run.Load() != nil {
+			t.Fatalf("processor %d holds a run that no caller asked for", i)
+		}
+	}
+	eventually(t, "the second lease", func() bool { return fake.leaseCalls() == 2 })
+	const callers = 8
+	ids := make(chan int64, callers)
+	for range callers {
+		go func() {
+			id, err := c.Next(ctxTimeout(t, 10*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			ids <- id
+		}()
+	}
+	eventually(t, "callers waiting", func() bool { return c.Stats().Stalls == callers })
+	fake.gate <- struct{}{}
+	got := make([]int64, 0, callers)
+	for range callers {
+		got = append(got, <-ids)
+	}
+	second := fake.leased()[1]
+	seen := map[int64]bool{}
+	for _, id := range got {
+		if seen[id] || !second.Contains(id) {
+			t.Fatalf("ID %d: twice, or not from the block that landed %v", id, second)
+		}
+		seen[id] = true
+	}
+	for i := range 4 {
+		if r := c.shards[i].run.Load(); r == nil || r.lease.blk != second {
+			t.Fatalf("processor %d holds no run of the block that landed", i)
+		}
+	}
+}
+
 // TestExpiredBlockIsNeverServed: with an injected clock, once a block's lease expires no ID of it is
 // returned, its rest is counted as discarded, and a new block is leased.
 func TestExpiredBlockIsNeverServed(t *testing.T) {

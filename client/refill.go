@@ -271,6 +271,9 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 		})
 	}
 	c.setLowWaterLocked()
+	if c.waiting.Load() > 1 {
+		c.fillShardsLocked() // a caller alone carves its own run, from the front of the block
+	}
 	c.broadcastLocked()
 }
 
