@@ -221,9 +221,9 @@ func BenchmarkSteady10MWithSlowRefills(b *testing.B) {
 
 // BenchmarkBusyThroughTicketd is a busy service: goroutines take IDs as fast as they can through
 // client.HTTP from a `ticketd serve` on the embedded store, in a namespace created with blocks of 1,000
-// (so its maximum is the default 1,000,000). After a warm-up second under the same load, no caller may
-// wait for a refill: the "stalls" metric must stay 0. "in-flight" is the most leases the client had in
-// flight at once. One op is one ID.
+// (so its maximum is the default 1,000,000), with nothing between two IDs or a time.Now call. After a
+// warm-up second under the same load, no caller may wait for a refill: the "stalls" metric must stay
+// 0. "in-flight" is the most leases the client had in flight at once. One op is one ID.
 //
 //	go test -run '^$' -bench BenchmarkBusyThroughTicketd -cpu 2 -benchtime 3s ./client/
 func BenchmarkBusyThroughTicketd(b *testing.B) {
@@ -233,17 +233,24 @@ func BenchmarkBusyThroughTicketd(b *testing.B) {
 		b.Fatalf("ticketd namespace create: %v\n%s", err, out)
 	}
 	td := startTicketd(b, []string{"--data-dir", dir}, "busy")
-	for _, goroutines := range []int{8, 32} {
-		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+	for _, load := range []struct {
+		goroutines int
+		clock      bool // a time.Now call between two IDs, as a service that stamps its records
+	}{{8, false}, {32, false}, {8, true}, {32, true}} {
+		name := fmt.Sprintf("goroutines=%d", load.goroutines)
+		if load.clock {
+			name += "/time.Now"
+		}
+		b.Run(name, func(b *testing.B) {
 			c, err := New(HTTP(td.url), "busy", WithToken(e2eNSToken))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			busy(b, c, goroutines, time.Second, 0) // the warm-up: the block size grows to the maximum
+			busy(b, c, load.goroutines, load.clock, time.Second, 0) // the warm-up: blocks grow to the maximum
 			warm := c.Stats()
 			b.ResetTimer()
-			busy(b, c, goroutines, 0, b.N)
+			busy(b, c, load.goroutines, load.clock, 0, b.N)
 			b.StopTimer()
 			st := c.Stats()
 			b.ReportMetric(float64(st.Stalls-warm.Stalls), "stalls")
@@ -260,8 +267,9 @@ func BenchmarkBusyThroughTicketd(b *testing.B) {
 	}
 }
 
-// busy has goroutines take IDs from c with nothing in between: for d, or n IDs in all when d is 0.
-func busy(b *testing.B, c *Client, goroutines int, d time.Duration, n int) {
+// busy has goroutines take IDs from c, with a time.Now call between two when clock is set: for d, or
+// n IDs in all when d is 0.
+func busy(b *testing.B, c *Client, goroutines int, clock bool, d time.Duration, n int) {
 	var stop atomic.Bool
 	if d > 0 {
 		defer time.AfterFunc(d, func() { stop.Store(true) }).Stop()
@@ -287,6 +295,9 @@ func busy(b *testing.B, c *Client, goroutines int, d time.Duration, n int) {
 					return
 				}
 				sum += id
+				if clock {
+					sum += time.Now().UnixNano() & 1
+				}
 			}
 			sink.Add(sum)
 		}()
