@@ -160,10 +160,11 @@ func BenchmarkServe(b *testing.B) {
 }
 
 // counterTotal sums a counter's series.
-func counterTotal(b *testing.B, m *Metrics, name string) float64 {
+func counterTotal(t testing.TB, m *Metrics, name string) float64 {
+	t.Helper()
 	mfs, err := m.reg.Gather()
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	total := 0.0
 	for _, mf := range mfs {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -40,6 +42,11 @@ type CacheConfig struct {
 	// FetchTimeout bounds one backend call of the cache; the backend's own timeout usually ends it
 	// first. Default 30s.
 	FetchTimeout time.Duration
+	// MaxAhead bounds the segments a namespace keeps leased ahead of the current one, cached and in
+	// flight. One is enough while a segment outlasts a lease; when segments are at their largest and
+	// one is used up faster than the backend leases the next, the cache keeps as many as the lease
+	// latency needs, up to MaxAhead, with as many leases in flight. Default 8.
+	MaxAhead int
 }
 
 func (c CacheConfig) withDefaults() CacheConfig {
@@ -63,6 +70,9 @@ func (c CacheConfig) withDefaults() CacheConfig {
 	if c.FetchTimeout <= 0 {
 		c.FetchTimeout = 30 * time.Second
 	}
+	if c.MaxAhead <= 0 {
+		c.MaxAhead = 8
+	}
 	return c
 }
 
@@ -71,11 +81,12 @@ const (
 	maxFetchBackoff = time.Second
 )
 
-// segmentCache keeps, per namespace, a current segment that blocks are carved from and a next one
-// fetched in the background (Leaf's double buffer). Carving is lock-free; at most one backend call per
-// namespace is in flight, and requests that find the cache empty wait for it. A segment is a block the
-// backend leased, so a crash loses at most the cached segments: a gap, never a duplicate. Safe for
-// concurrent use.
+// segmentCache keeps, per namespace, a current segment that blocks are carved from and the next one
+// fetched in the background (Leaf's double buffer); when a segment of the largest size does not last
+// a backend lease, several are fetched ahead, up to CacheConfig.MaxAhead, several leases in flight.
+// Carving is lock-free; requests that find the cache empty wait for the oldest backend call in flight.
+// A segment is a block the backend leased, so a crash loses at most the cached segments: a gap, never a
+// duplicate. Safe for concurrent use.
 type segmentCache struct {
 	cfg     CacheConfig
 	backend allocator.Backend
@@ -123,23 +134,28 @@ type space struct {
 	size       atomic.Int64 // size of the next segment lease; 0 until the first
 	// Hints for the lock-free path, mirrored from the state under mu.
 	busy    atomic.Bool  // a backend call is in flight
-	hasNext atomic.Bool  // a next segment is waiting
+	room    atomic.Bool  // fewer segments are cached ahead and coming than the depth
 	retryAt atomic.Int64 // unix nanoseconds before which no call starts after a failure
 
 	mu           sync.Mutex
-	next         *segment
-	call         *fetchCall // the call in flight, or nil
-	lastErr      error      // of the last call, nil after a success
+	ahead        []*segment   // leased ahead of the current one, oldest first
+	calls        []*fetchCall // in flight, oldest first; requests that find the cache empty wait for the first
+	coming       int          // calls in flight that lease a segment
+	depth        int          // segments to keep ahead, cached and coming: 1, or more while one does not last a lease
+	lastErr      error        // of the last call, nil after a success
 	failures     int
 	lastServer   string        // ticket server of the last segment
-	lastLifetime time.Duration // how long the last retired segment served, while haveLifetime
-	haveLifetime bool
+	lastLifetime time.Duration // how long the last retired segment served, once retired is set
+	retired      bool          // a segment has been used up or dropped
+	haveLifetime bool          // lastLifetime is new: the next segment's size has not followed it yet
+	latency      time.Duration // of segment leases: the moving average, or the last when slower
 }
 
 // fetchCall is one backend call; waiters read err once done is closed.
 type fetchCall struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	err     error
+	segment bool // it leases a segment
 }
 
 // segment is a leased block that client blocks are carved from.
@@ -175,7 +191,8 @@ func (c *segmentCache) space(name string) *space {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if sp = c.spaces[name]; sp == nil {
-		sp = &space{name: name, c: c}
+		sp = &space{name: name, c: c, depth: 1}
+		sp.room.Store(true)
 		c.spaces[name] = sp
 	}
 	return sp
@@ -275,11 +292,11 @@ func (sp *space) loadSettings(ctx context.Context, reqID string) (allocator.Name
 	}
 }
 
-// joinLocked returns the call in flight, starting one when there is none. Within the backoff after a
-// failed call it returns that call's error instead.
+// joinLocked returns the oldest call in flight, starting one when there is none. Within the backoff
+// after a failed call it returns that call's error instead.
 func (sp *space) joinLocked(withSegment bool, reqID string) (*fetchCall, error) {
-	if sp.call != nil {
-		return sp.call, nil
+	if len(sp.calls) > 0 {
+		return sp.calls[0], nil
 	}
 	if sp.lastErr != nil && sp.c.now().UnixNano() < sp.retryAt.Load() {
 		return nil, sp.lastErr
@@ -306,15 +323,18 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	}
 	now := sp.c.now()
 	if seen != nil {
-		sp.lastLifetime, sp.haveLifetime = now.Sub(seen.activated), true
+		sp.lastLifetime, sp.haveLifetime, sp.retired = now.Sub(seen.activated), true, true
 		sp.cur.Store(nil)
 	}
-	if n := sp.next; n != nil {
-		sp.next = nil
-		sp.hasNext.Store(false)
+	for len(sp.ahead) > 0 {
+		n := sp.ahead[0]
+		sp.ahead[0] = nil
+		sp.ahead = sp.ahead[1:]
+		sp.hintLocked()
 		if n.fresh(now) {
 			n.activated = now
 			sp.cur.Store(n)
+			sp.topUpLocked(now, reqID)
 			sp.mu.Unlock()
 			return nil
 		}
@@ -329,25 +349,41 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	return wait(ctx, call)
 }
 
-// kick starts a background call when the current segment is used past its threshold and no next
-// segment waits, or when the settings are old. It costs a few atomic loads when there is nothing to do.
+// kick starts background calls when the current segment is used past its threshold and fewer
+// segments are cached ahead and coming than the depth, or when the settings are old. It costs a few
+// atomic loads when there is nothing to do.
 func (sp *space) kick(now time.Time, seg *segment, reqID string) {
-	if sp.busy.Load() || now.UnixNano() < sp.retryAt.Load() {
+	if now.UnixNano() < sp.retryAt.Load() {
 		return
 	}
-	needSegment := seg.taken.Load() >= seg.threshold && !sp.hasNext.Load()
-	oldSettings := now.UnixNano()-sp.settingsAt.Load() > int64(sp.c.cfg.SettingsTTL)
+	needSegment := seg.taken.Load() >= seg.threshold && sp.room.Load()
+	oldSettings := !sp.busy.Load() && now.UnixNano()-sp.settingsAt.Load() > int64(sp.c.cfg.SettingsTTL)
 	if !needSegment && !oldSettings {
 		return
 	}
 	sp.mu.Lock()
-	if sp.call == nil {
-		_, _ = sp.startLocked(needSegment, reqID)
+	if needSegment {
+		sp.topUpLocked(now, reqID)
+	} else if len(sp.calls) == 0 {
+		_, _ = sp.startLocked(false, reqID)
 	}
 	sp.mu.Unlock()
 }
 
-// startLocked starts the one backend call of this namespace.
+// topUpLocked starts segment leases while the current segment is used past its threshold (or there is
+// none) and fewer segments are cached ahead and coming than the depth.
+func (sp *space) topUpLocked(now time.Time, reqID string) {
+	if now.UnixNano() < sp.retryAt.Load() {
+		return
+	}
+	for sp.wantSegmentLocked(now) {
+		if _, err := sp.startLocked(true, reqID); err != nil {
+			return
+		}
+	}
+}
+
+// startLocked starts a backend call of this namespace.
 func (sp *space) startLocked(withSegment bool, reqID string) (*fetchCall, error) {
 	c := sp.c
 	c.mu.RLock()
@@ -355,25 +391,37 @@ func (sp *space) startLocked(withSegment bool, reqID string) (*fetchCall, error)
 	if c.closed {
 		return nil, allocator.ErrClosed
 	}
-	call := &fetchCall{done: make(chan struct{})}
-	sp.call = call
-	sp.busy.Store(true)
+	call := &fetchCall{done: make(chan struct{}), segment: withSegment}
+	sp.calls = append(sp.calls, call)
+	if withSegment {
+		sp.coming++
+	}
+	sp.hintLocked()
 	c.wg.Add(1)
-	go sp.fetch(call, withSegment, reqID)
+	go sp.fetch(call, reqID)
 	return call, nil
 }
 
-// wantSegmentLocked reports whether a segment lease is needed now.
+// hintLocked mirrors the calls and segments ahead into the lock-free hints.
+func (sp *space) hintLocked() {
+	sp.busy.Store(len(sp.calls) > 0)
+	sp.room.Store(len(sp.ahead)+sp.coming < sp.depth)
+}
+
+// wantSegmentLocked reports whether another segment lease is needed now: the current segment is
+// missing, stale or used past its threshold, and fewer segments are cached ahead and coming than the
+// depth.
 func (sp *space) wantSegmentLocked(now time.Time) bool {
-	if sp.next != nil {
+	if len(sp.ahead)+sp.coming >= sp.depth {
 		return false
 	}
 	cur := sp.cur.Load()
 	return cur == nil || !cur.fresh(now) || cur.taken.Load() >= cur.threshold
 }
 
-// fetch is the backend call: it refreshes old settings and, when asked, leases a segment.
-func (sp *space) fetch(call *fetchCall, withSegment bool, reqID string) {
+// fetch is the backend call: it refreshes old settings and, when it is a segment call, leases a
+// segment.
+func (sp *space) fetch(call *fetchCall, reqID string) {
 	c := sp.c
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.FetchTimeout)
@@ -396,15 +444,15 @@ func (sp *space) fetch(call *fetchCall, withSegment bool, reqID string) {
 		}
 	}
 	var seg *segment
-	if err == nil && withSegment {
+	var took time.Duration
+	if err == nil && call.segment {
 		sp.mu.Lock()
-		want := sp.wantSegmentLocked(now)
 		size := sp.nextSizeLocked(*st)
 		last := sp.lastServer
 		sp.mu.Unlock()
-		if want {
-			seg, err = sp.leaseSegment(ctx, *st, size, last, reqID)
-		}
+		start := c.now()
+		seg, err = sp.leaseSegment(ctx, *st, size, last, reqID)
+		took = c.now().Sub(start)
 	}
 
 	sp.mu.Lock()
@@ -420,20 +468,54 @@ func (sp *space) fetch(call *fetchCall, withSegment bool, reqID string) {
 		sp.lastErr = err
 		sp.retryAt.Store(c.now().Add(backoff(sp.failures)).UnixNano())
 	}
+	sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call })
+	if call.segment {
+		sp.coming--
+	}
 	if seg != nil {
 		sp.lastServer = seg.blk.Server
+		sp.noteLatencyLocked(took)
+		sp.ahead = append(sp.ahead, seg)
 		if cur := sp.cur.Load(); cur == nil || !cur.fresh(c.now()) || cur.remaining() == 0 {
-			seg.activated = c.now()
-			sp.cur.Store(seg)
-		} else {
-			sp.next = seg
-			sp.hasNext.Store(true)
+			now := c.now()
+			if cur != nil {
+				sp.lastLifetime, sp.haveLifetime, sp.retired = now.Sub(cur.activated), true, true
+			}
+			next := sp.ahead[0] // the oldest first
+			sp.ahead[0] = nil
+			sp.ahead = sp.ahead[1:]
+			next.activated = now
+			sp.cur.Store(next)
 		}
+		sp.depth = sp.depthLocked(*st, seg.blk.Size)
+	}
+	sp.hintLocked()
+	if seg != nil {
+		sp.topUpLocked(c.now(), reqID) // the next ones, without waiting for a request to ask
 	}
 	call.err = err
-	sp.call = nil
-	sp.busy.Store(false)
 	close(call.done)
+}
+
+// noteLatencyLocked records how long a segment lease took: the moving average, or the last when it was
+// slower, is what the depth plans for.
+func (sp *space) noteLatencyLocked(took time.Duration) {
+	sp.latency = max(took, (3*sp.latency+took)/4)
+}
+
+// depthLocked is how many segments to keep ahead, cached and coming. One, while the segment size can
+// still grow or a segment outlasts a lease; when segments of the largest size are used up faster, as
+// many as are used up during a lease, from when the current one passes its threshold, up to MaxAhead.
+func (sp *space) depthLocked(st allocator.Namespace, size int64) int {
+	_, hi := sp.c.bounds(st)
+	life := time.Duration(float64(sp.lastLifetime) * (1 - sp.c.cfg.PrefetchAt))
+	if size < hi || !sp.retired || sp.latency <= life {
+		return 1
+	}
+	if life <= 0 {
+		return sp.c.cfg.MaxAhead
+	}
+	return min(int(math.Ceil(float64(sp.latency)/float64(life))), sp.c.cfg.MaxAhead)
 }
 
 // backoff is the wait after n consecutive failed calls: doubling from 20ms to 1s, with jitter.
@@ -543,7 +625,7 @@ func (c *segmentCache) stats() []spaceStats {
 
 // segmentView is one cached segment as the status page shows it.
 type segmentView struct {
-	Role      string // "current" or "next"
+	Role      string // "current" or "next" (leased ahead)
 	Block     allocator.Block
 	Last      int64     // the block's last ID
 	Taken     int64     // IDs carved from it
@@ -556,10 +638,11 @@ type segmentView struct {
 // spaceView is one namespace's cache as the status page shows it.
 type spaceView struct {
 	Namespace string
-	Segments  []segmentView // current first, then next; those there are
+	Segments  []segmentView // current first, then the next ones, oldest first; those there are
 	Remaining int64         // IDs left in the segments that still serve
 	NextSize  int64         // size of the next segment lease; 0 before the first
 	Fetching  bool          // a backend call is in flight
+	Fetches   int           // backend calls in flight
 	Failures  int           // consecutive failed calls
 	LastError string        // of the last call, while it failed
 }
@@ -590,10 +673,11 @@ func (c *segmentCache) views() []spaceView {
 			v.Segments = append(v.Segments, viewOf("current", cur, now))
 		}
 		sp.mu.Lock()
-		if n := sp.next; n != nil {
+		for _, n := range sp.ahead {
 			v.Segments = append(v.Segments, viewOf("next", n, now))
 		}
-		v.Fetching, v.Failures = sp.call != nil, sp.failures
+		v.Fetches, v.Failures = len(sp.calls), sp.failures
+		v.Fetching = v.Fetches > 0
 		if sp.lastErr != nil {
 			v.LastError = sp.lastErr.Error()
 		}

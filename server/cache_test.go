@@ -113,6 +113,58 @@ func TestCacheUniqueUnderConcurrency(t *testing.T) {
 	}
 }
 
+// TestCacheUniqueWithSeveralAhead: while 64 goroutines lease blocks, segments of the largest size are
+// leased eight at a time and land in any order; no ID is handed out twice.
+func TestCacheUniqueWithSeveralAhead(t *testing.T) {
+	c, _ := newCache(t, nil, allocator.Namespace{BlockSize: 10, MaxBlockSize: 100_000}, CacheConfig{MinSegment: 1000, MaxSegment: 1000, MaxAhead: 8})
+	ctx := context.Background()
+	first, _, err := c.lease(ctx, "orders", 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if a segment had been used up at once while a lease took an hour: the depth is MaxAhead.
+	sp := c.space("orders")
+	sp.mu.Lock()
+	sp.retired, sp.lastLifetime, sp.latency = true, 0, time.Hour
+	sp.depth = sp.depthLocked(*sp.settings.Load(), 1000)
+	sp.hintLocked()
+	sp.mu.Unlock()
+	const goroutines, each = 64, 300
+	var mu sync.Mutex
+	blocks := []allocator.Block{first}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 2))
+			local := make([]allocator.Block, 0, each)
+			for range each {
+				size := int64(1 + r.IntN(200))
+				blk, _, err := c.lease(ctx, "orders", size, "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if blk.Size != size {
+					t.Errorf("asked %d, got %v", size, blk)
+				}
+				local = append(local, blk)
+			}
+			mu.Lock()
+			blocks = append(blocks, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != goroutines*each+1 {
+		t.Fatalf("%d blocks", len(blocks))
+	}
+}
+
 // TestCacheOneCallForConcurrentCallers: with the cache empty, 50 callers at once cause one segment
 // lease, and all are served from it.
 func TestCacheOneCallForConcurrentCallers(t *testing.T) {
@@ -184,7 +236,11 @@ func TestCachePrefetchesFromTheOtherServer(t *testing.T) {
 		t.Fatalf("prefers %q then %q, want the other server", first, second)
 	}
 	cur := c.space("orders").cur.Load().blk.Server
-	if c.space("orders").next.blk.Server == cur {
+	sp := c.space("orders")
+	sp.mu.Lock()
+	next := sp.ahead[0]
+	sp.mu.Unlock()
+	if next.blk.Server == cur {
 		t.Fatalf("next segment from %s, the current one's server", cur)
 	}
 	// With the other server down, the next segments come from the healthy one.
@@ -244,6 +300,90 @@ func TestCacheSegmentSizeAdapts(t *testing.T) {
 	}
 }
 
+// TestCacheLeasesSeveralAheadWhenASegmentDoesNotLastALease: when segments of the largest size are used
+// up faster than the backend leases the next, the cache keeps several leased ahead, up to MaxAhead,
+// with as many leases in flight, and requests stop waiting; when demand falls, one ahead is enough
+// again. A manual clock sets how long segments last and leases take.
+func TestCacheLeasesSeveralAheadWhenASegmentDoesNotLastALease(t *testing.T) {
+	clk := newClock()
+	c, f := newCache(t, clk, allocator.Namespace{BlockSize: 10}, CacheConfig{MinSegment: 1000, MaxSegment: 1000, MaxAhead: 4})
+	ctx := context.Background()
+	take := func(n int) {
+		t.Helper()
+		for range n {
+			if _, _, err := c.lease(ctx, "orders", 100, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	view := func() spaceView {
+		t.Helper()
+		for _, v := range c.views() {
+			if v.Namespace == "orders" {
+				return v
+			}
+		}
+		t.Fatal("no cache for orders")
+		return spaceView{}
+	}
+	stalls := func() float64 { return counterTotal(t, c.metrics, "ticketd_cache_stalls_total") }
+	take(1) // the first segment: a stall, as the cache starts empty
+	idle(t, c, "orders")
+
+	// The first segment is used up in 10ms, while the lease of the next, started at its threshold,
+	// takes 100ms: a request waits for it.
+	release := f.hold()
+	take(2)
+	clk.Advance(10 * time.Millisecond)
+	take(7)
+	waited := make(chan error, 1)
+	go func() { _, _, err := c.lease(ctx, "orders", 100, ""); waited <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for stalls() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(90 * time.Millisecond)
+	release()
+	if err := <-waited; err != nil || stalls() != 2 {
+		t.Fatalf("the request that waited: %v; %v stalls, want 2", err, stalls())
+	}
+
+	// 100ms leases for segments that last 10ms: at the next threshold four leases start at once.
+	release = f.hold()
+	take(1)
+	for (view().Fetches != 4 || f.leaseCalls.Load() != 6) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if v, n := view(), f.leaseCalls.Load(); v.Fetches != 4 || n != 6 {
+		t.Fatalf("%d backend calls in flight, %d lease calls in all: want MaxAhead's 4, and 6", v.Fetches, n)
+	}
+	release()
+	idle(t, c, "orders")
+	if v := view(); len(v.Segments) != 5 {
+		t.Fatalf("segments %+v: want the current one and 4 ahead", v.Segments)
+	}
+	// Segment after segment, each used up at once: the cache tops up to four ahead each time, and no
+	// request waits.
+	for i := range 10 {
+		take(10)
+		idle(t, c, "orders")
+		if n, v := stalls(), view(); n != 2 || len(v.Segments) != 5 {
+			t.Fatalf("segment %d: %v stalls (want 2, none since), %d segments (want 5)", i, n, len(v.Segments))
+		}
+	}
+
+	// Demand falls: a segment lasts seconds, far longer than a lease. Once those ahead are used, one
+	// is enough.
+	for range 100 {
+		clk.Advance(time.Second)
+		take(1)
+		idle(t, c, "orders")
+	}
+	if v := view(); len(v.Segments) > 2 || stalls() != 2 {
+		t.Fatalf("at a slow rate: %d segments (want the current one and at most one ahead), %v stalls", len(v.Segments), stalls())
+	}
+}
+
 // TestCacheLargeRequestsGoToTheBackend: a request above a quarter of the largest segment is leased
 // for itself, with its exact size.
 func TestCacheLargeRequestsGoToTheBackend(t *testing.T) {
@@ -295,7 +435,11 @@ func TestCacheHonoursTTL(t *testing.T) {
 		}
 	}
 	idle(t, c, "orders")
-	if c.space("orders").next == nil {
+	sp := c.space("orders")
+	sp.mu.Lock()
+	ahead := len(sp.ahead)
+	sp.mu.Unlock()
+	if ahead == 0 {
 		t.Fatal("no prefetched segment")
 	}
 	clk.Advance(40 * time.Second)
