@@ -716,6 +716,38 @@ func TestRequestSizeFollowsDemand(t *testing.T) {
 	}
 }
 
+// TestDemandIsSampledOverAWindowOrABlock: the rate is measured over at least 10ms, or as soon as a
+// block's worth of IDs was taken; leases that start one after another do not each measure almost
+// nothing and halve it.
+func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
+	clk := newFakeClock()
+	c := &Client{cfg: config{clock: clk}, lastSize: 1000, refills: 1, rateAt: clk.Now()}
+	carve := func(after time.Duration, ids int64) float64 {
+		clk.Advance(after)
+		c.carvedTotal += ids
+		c.sampleRateLocked(clk.Now())
+		return c.rate
+	}
+	if got := carve(2*time.Millisecond, 500); got != 0 {
+		t.Fatalf("half a block in 2ms: rate %v, want none measured yet", got)
+	}
+	if got := carve(0, 500); got != 500_000 {
+		t.Fatalf("a block in 2ms: rate %v, want 500,000/s", got)
+	}
+	if got := carve(0, 0); got != 500_000 {
+		t.Fatalf("sampled again at once: rate %v, want it kept", got)
+	}
+	if got := carve(time.Millisecond, 10); got != 500_000 {
+		t.Fatalf("10 IDs 1ms later: rate %v, want it kept until 10ms have passed", got)
+	}
+	if got := carve(9*time.Millisecond, 90); got != 255_000 {
+		t.Fatalf("100 IDs in 10ms: rate %v, want the falling rate halfway down, 255,000/s", got)
+	}
+	if c.lowWater != int64(255_000*0.01) {
+		t.Fatalf("low-water %d, want it moved with the rate", c.lowWater)
+	}
+}
+
 // TestRefusedSizeLowersTheCap: a source that does not tell the namespace's maximum refuses a large
 // block with ErrInvalidSize; the client asks for less at once.
 func TestRefusedSizeLowersTheCap(t *testing.T) {

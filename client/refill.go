@@ -125,18 +125,21 @@ func (c *Client) bounds() (lo, hi int64) {
 	return min(lo, hi), hi
 }
 
-// rateWindow is the shortest time the demand is measured over: carves and leases within it keep the
-// rate measured before.
+// rateWindow is the shortest time the demand is measured over, unless a whole block was taken sooner:
+// carves and leases within it keep the rate measured before, so that leases starting one after another
+// do not each measure almost nothing.
 const rateWindow = 10 * time.Millisecond
 
-// sampleRateLocked measures the demand since the last sample, once rateWindow has passed, and moves the
-// low-water mark with it. Callers sample as they carve runs, and leases as they start.
+// sampleRateLocked measures the demand since the last sample, once rateWindow has passed or a block's
+// worth of IDs was carved, and moves the low-water mark with it. Callers sample as they carve runs,
+// and leases as they start.
 func (c *Client) sampleRateLocked(now time.Time) {
 	dt := now.Sub(c.rateAt)
-	if dt < rateWindow {
+	carved := c.carvedTotal - c.rateCarved
+	if dt <= 0 || dt < rateWindow && carved < max(c.lastSize, 1) {
 		return
 	}
-	sample := float64(c.carvedTotal-c.rateCarved) / dt.Seconds()
+	sample := float64(carved) / max(dt, time.Millisecond).Seconds()
 	// Follow a rising rate at once (a stall costs more than a large block); let a falling one decay.
 	c.rate = max(sample, (c.rate+sample)/2)
 	c.rateAt, c.rateCarved = now, c.carvedTotal
