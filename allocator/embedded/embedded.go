@@ -46,6 +46,8 @@ type Store struct {
 	now       func() time.Time
 	closeOnce sync.Once
 	closeErr  error
+
+	commits commits // leases that arrive while one commits share the next commit
 }
 
 var _ allocator.Backend = (*Store)(nil)
@@ -186,33 +188,36 @@ func (s *Store) Lease(ctx context.Context, namespace string, size int64) (alloca
 	if size < 0 {
 		return allocator.Block{}, allocator.ValidateSize(size, 1)
 	}
-	var blk allocator.Block
-	err := s.update(ctx, func(b *bolt.Bucket) error {
-		r, err := get(b, namespace)
-		if err != nil {
-			return err
-		}
-		if size == 0 {
-			size = r.BlockSize
-		}
-		if err := allocator.ValidateSize(size, r.MaxBlockSize); err != nil {
-			return err
-		}
-		if r.Next > math.MaxInt64-size {
-			return fmt.Errorf("%w: namespace %q is at %d; %d more IDs would pass %d", allocator.ErrExhausted, namespace, r.Next, size, int64(math.MaxInt64))
-		}
-		end := r.Next + size
-		blk, err = allocator.BlockEnding(namespace, ServerName, end, 1, size, allocator.ExpiryFor(s.now(), time.Duration(r.LeaseTTLMS)*time.Millisecond))
-		if err != nil {
-			return err
-		}
-		r.Next = end
-		return put(b, namespace, r)
-	})
+	if err := ctx.Err(); err != nil {
+		return allocator.Block{}, err
+	}
+	return s.commits.lease(ctx, s, leaseRequest{namespace: namespace, size: size})
+}
+
+// take leases one request's block inside tx's bucket, or says why it cannot (a request error, which
+// leaves the bucket as it was).
+func (s *Store) take(b *bolt.Bucket, q leaseRequest) (allocator.Block, error) {
+	r, err := get(b, q.namespace)
 	if err != nil {
 		return allocator.Block{}, err
 	}
-	return blk, nil
+	size := q.size
+	if size == 0 {
+		size = r.BlockSize
+	}
+	if err := allocator.ValidateSize(size, r.MaxBlockSize); err != nil {
+		return allocator.Block{}, err
+	}
+	if r.Next > math.MaxInt64-size {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q is at %d; %d more IDs would pass %d", allocator.ErrExhausted, q.namespace, r.Next, size, int64(math.MaxInt64))
+	}
+	end := r.Next + size
+	blk, err := allocator.BlockEnding(q.namespace, ServerName, end, 1, size, allocator.ExpiryFor(s.now(), time.Duration(r.LeaseTTLMS)*time.Millisecond))
+	if err != nil {
+		return allocator.Block{}, err
+	}
+	r.Next = end
+	return blk, put(b, q.namespace, r)
 }
 
 // CreateNamespace creates a namespace; ErrExists if it exists.
