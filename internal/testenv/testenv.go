@@ -225,6 +225,30 @@ func PrivatePair(t testing.TB) [2]*testservers.MariaDB {
 	return pair
 }
 
+// PrivateGalera starts a throwaway 3-node MariaDB Galera cluster of the test's own (see
+// testservers.StartGalera); its nodes are killed when the test ends.
+func PrivateGalera(t testing.TB) []*testservers.MariaDB {
+	t.Helper()
+	haveMariaDB(t)
+	for _, need := range []string{"rsync", "/usr/lib/galera/libgalera_smm.so"} {
+		if _, err := exec.LookPath(need); err != nil {
+			if _, serr := os.Stat(need); serr != nil {
+				missing(t, need+" (packages rsync and galera-4)")
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nodes, err := testservers.StartGalera(ctx, ShortTempDir(t), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range nodes {
+		t.Cleanup(func() { _ = m.Kill() })
+	}
+	return nodes
+}
+
 // PrivateRedis starts a throwaway Redis of the test's own.
 func PrivateRedis(t testing.TB, opts testservers.RedisOptions) *testservers.Redis {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,6 +35,19 @@ type MariaDBOptions struct {
 	// ExtraArgs are appended to the mariadbd command line (for example a different
 	// --innodb-flush-log-at-trx-commit to test that ticketd refuses it).
 	ExtraArgs []string
+	// Galera, when set, makes the server a node of a Galera cluster (see StartGalera).
+	Galera *GaleraNode
+}
+
+// GaleraNode is one node's part in a Galera cluster on loopback.
+type GaleraNode struct {
+	// Cluster is the gcomm:// address of every node; Name this node's name.
+	Cluster, Name string
+	// GcommPort carries the cluster's messages, ISTPort incremental state transfers, SSTPort (rsync)
+	// full ones.
+	GcommPort, ISTPort, SSTPort int
+	// Bootstrap starts a new cluster instead of joining one; it holds for the first start only.
+	Bootstrap bool
 }
 
 // MariaDB is a running (or stopped) throwaway server. Not safe for concurrent use.
@@ -121,21 +135,54 @@ func (m *MariaDB) Args() []string {
 		"--max-connections=1000",
 		"--skip-log-bin",
 	}
-	if os.Geteuid() == 0 {
-		args = append(args, "--user=root")
+	if g := m.opts.Galera; g != nil {
+		args = append(args,
+			"--binlog-format=ROW",
+			"--innodb-autoinc-lock-mode=2",
+			"--wsrep-on=ON",
+			"--wsrep-provider="+galeraProvider,
+			"--wsrep-cluster-name=ticketd-test",
+			"--wsrep-cluster-address="+g.Cluster,
+			"--wsrep-node-name="+g.Name,
+			fmt.Sprintf("--wsrep-node-address=127.0.0.1:%d", g.GcommPort),
+			fmt.Sprintf("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=32M", g.GcommPort, g.ISTPort),
+			"--wsrep-sst-method=rsync",
+			fmt.Sprintf("--wsrep-sst-receive-address=127.0.0.1:%d", g.SSTPort),
+			"--wsrep-auto-increment-control=OFF")
+		if g.Bootstrap {
+			args = append(args, "--wsrep-new-cluster")
+		}
+	}
+	if u := m.user(); u != "" {
+		args = append(args, "--user="+u)
 	}
 	return append(args, m.opts.ExtraArgs...)
 }
 
+// galeraProvider is where Debian's galera-4 package puts the replication library.
+const galeraProvider = "/usr/lib/galera/libgalera_smm.so"
+
+// user is the system user mariadbd runs as when started by root: root for a standalone server, mysql
+// for a Galera node, whose state transfers run an rsync daemon that would otherwise write as nobody.
+func (m *MariaDB) user() string {
+	switch {
+	case os.Geteuid() != 0:
+		return ""
+	case m.opts.Galera != nil:
+		return "mysql"
+	}
+	return "root"
+}
+
 func (m *MariaDB) install(ctx context.Context) error {
-	if err := os.MkdirAll(m.tmpDir(), 0o755); err != nil {
+	// Its own tmpdir: concurrent installs sharing /tmp have been seen to remove each other's temporary tables.
+	if err := m.ownDirs(); err != nil {
 		return err
 	}
-	// Its own tmpdir: concurrent installs sharing /tmp have been seen to remove each other's temporary tables.
 	args := []string{"--no-defaults", "--datadir=" + m.DataDir(), "--tmpdir=" + m.tmpDir(),
 		"--auth-root-authentication-method=normal", "--skip-test-db"}
-	if os.Geteuid() == 0 {
-		args = append(args, "--user=root")
+	if u := m.user(); u != "" {
+		args = append(args, "--user="+u)
 	}
 	out, err := exec.CommandContext(ctx, "mariadb-install-db", args...).CombinedOutput()
 	if err != nil {
@@ -156,10 +203,13 @@ func (m *MariaDB) Start(ctx context.Context) error {
 	}
 	m.cmd, m.Pid = cmd, cmd.Process.Pid
 	go func() { _ = cmd.Wait() }() // reap it, so a killed server does not linger as a zombie
-	if err := m.waitReady(ctx, 60*time.Second); err != nil {
+	if err := m.waitReady(ctx, 90*time.Second); err != nil {
 		_ = m.Kill()
 		log, _ := os.ReadFile(filepath.Join(m.opts.Dir, "error.log"))
 		return fmt.Errorf("mariadbd on port %d did not answer: %w\n%s", m.Port, err, lastLines(string(log), 20))
+	}
+	if m.opts.Galera != nil {
+		m.opts.Galera.Bootstrap = false // from now on it rejoins the cluster
 	}
 	return nil
 }
@@ -175,6 +225,13 @@ func (m *MariaDB) waitReady(ctx context.Context, limit time.Duration) error {
 		if err == nil {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			err = db.PingContext(pctx)
+			if err == nil && m.opts.Galera != nil {
+				// A node serves once it has caught up with the cluster.
+				var name, state string
+				if err = db.QueryRowContext(pctx, "SHOW STATUS LIKE 'wsrep_local_state_comment'").Scan(&name, &state); err == nil && state != "Synced" {
+					err = fmt.Errorf("Galera node %s", state)
+				}
+			}
 			cancel()
 			db.Close()
 			if err == nil {
@@ -443,4 +500,85 @@ func StartPair(ctx context.Context, dir string) ([2]*MariaDB, error) {
 		return [2]*MariaDB{}, err
 	}
 	return pair, nil
+}
+
+// ownDirs gives the server's directories to the user it runs as (a Galera node run by root runs as
+// mysql), and lets that user through the temporary directories above them.
+func (m *MariaDB) ownDirs() error {
+	if err := os.MkdirAll(m.tmpDir(), 0o755); err != nil {
+		return err
+	}
+	if m.user() != "mysql" {
+		return nil
+	}
+	u, err := user.Lookup("mysql")
+	if err != nil {
+		return fmt.Errorf("a Galera node runs as the mysql user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	tmp := filepath.Clean(os.TempDir())
+	for d := filepath.Dir(filepath.Clean(m.opts.Dir)); strings.HasPrefix(d, tmp+string(filepath.Separator)); d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil {
+			_ = os.Chmod(d, fi.Mode().Perm()|0o111)
+		}
+	}
+	return filepath.Walk(m.opts.Dir, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
+
+// WipeData stops the server and empties its data directory, as a lost disk would. A Galera node
+// started again on it rejoins its cluster by a full state transfer.
+func (m *MariaDB) WipeData() error {
+	if err := m.Kill(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.DataDir()); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.DataDir(), 0o755); err != nil {
+		return err
+	}
+	return m.ownDirs()
+}
+
+// StartGalera starts a Galera cluster of n nodes on loopback in dir/g1, dir/g2, …: automatic increment
+// control off, auto_increment_increment n+1 (room for one more node), node i at offset i. The first
+// node bootstraps the cluster; the others join it one after another by state transfer. If any fails,
+// every node is stopped.
+func StartGalera(ctx context.Context, dir string, n int) ([]*MariaDB, error) {
+	if _, err := os.Stat(galeraProvider); err != nil {
+		return nil, fmt.Errorf("Galera needs the galera-4 package (%s): %w", galeraProvider, err)
+	}
+	nodes := make([]*GaleraNode, n)
+	var addrs []string
+	for i := range nodes {
+		var ports [3]int
+		for j := range ports {
+			p, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			ports[j] = p
+		}
+		nodes[i] = &GaleraNode{Name: fmt.Sprintf("g%d", i+1), GcommPort: ports[0], ISTPort: ports[1], SSTPort: ports[2], Bootstrap: i == 0}
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", ports[0]))
+	}
+	var out []*MariaDB
+	for i, g := range nodes {
+		g.Cluster = "gcomm://" + strings.Join(addrs, ",")
+		m, err := StartMariaDB(ctx, MariaDBOptions{Dir: filepath.Join(dir, g.Name), Increment: n + 1, Offset: i + 1, Galera: g})
+		if err != nil {
+			for _, o := range out {
+				_ = o.Kill()
+			}
+			return nil, fmt.Errorf("Galera node %d: %w", i+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
