@@ -97,6 +97,9 @@ type ServerState struct {
 	Offset  int64  `json:"offset"`
 	Healthy bool   `json:"healthy"`
 	Error   string `json:"error,omitempty"`
+	// Replication says how the server replicates, when it does: the Galera cluster it is a node of, or
+	// the source it replicates from.
+	Replication string `json:"replication,omitempty"`
 }
 
 // WithDefaults returns n with zero settings replaced by their defaults.
@@ -178,6 +181,8 @@ type ServerHealth struct {
 	Fenced bool `json:"fenced,omitempty"`
 	// Error says why the server is not usable; empty when it is.
 	Error string `json:"error,omitempty"`
+	// Replication says how the server replicates, when it does (see ServerState.Replication).
+	Replication string `json:"replication,omitempty"`
 }
 
 // HealthReporter is implemented by backends that can say which of their ticket servers are usable.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/ticketd/ticketd/allocator"
 )
@@ -13,12 +15,149 @@ import (
 // auto_increment values of the moment it connected).
 func readVars(ctx context.Context, db *sql.DB) (serverVars, error) {
 	var v serverVars
-	var logBin int64
+	var logBin, readOnly int64
 	err := db.QueryRowContext(ctx, `SELECT @@GLOBAL.auto_increment_increment, @@GLOBAL.auto_increment_offset,
-		@@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.log_bin, @@GLOBAL.sync_binlog, @@GLOBAL.version`).
-		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version)
-	v.logBin = logBin == 1
-	return v, err
+		@@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.log_bin, @@GLOBAL.sync_binlog, @@GLOBAL.version, @@GLOBAL.read_only`).
+		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version, &readOnly)
+	if err != nil {
+		return v, err
+	}
+	v.logBin, v.readOnly = logBin == 1, readOnly == 1
+	// Galera's settings exist only on servers built with it: read them by name, which MySQL answers
+	// with no row.
+	wsrep, err := nameValues(ctx, db, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_auto_increment_control')")
+	if err != nil {
+		return v, err
+	}
+	v.galera = strings.EqualFold(wsrep["wsrep_on"], "ON")
+	v.autoIncrementControl = strings.EqualFold(wsrep["wsrep_auto_increment_control"], "ON")
+	return v, nil
+}
+
+// replication is how a server replicates, as far as ticketd can see: the Galera cluster it belongs to,
+// or the source it replicates from. It is state, not settings: a node's state and a cluster's size
+// change while it serves, and only decide whether the server may serve now.
+type replication struct {
+	// Galera: the cluster's state UUID and size, this node's state (Synced, Donor/Desynced, Joined…)
+	// and the cluster component's (Primary or not).
+	clusterUUID, localState, clusterStatus string
+	clusterSize                            int64
+	// Classic replication: the source this server replicates from, and whether its threads run.
+	source            string
+	ioRunning, sqlRun bool
+}
+
+// readReplication reads a server's replication state. A server that may not read its replica status
+// (no REPLICATION CLIENT privilege) is taken for one that replicates from nowhere.
+func readReplication(ctx context.Context, db *sql.DB, v serverVars) (replication, error) {
+	var r replication
+	if v.galera {
+		st, err := nameValues(ctx, db, `SHOW GLOBAL STATUS WHERE Variable_name IN
+			('wsrep_cluster_state_uuid', 'wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_status')`)
+		if err != nil {
+			return r, err
+		}
+		r.clusterUUID, r.localState, r.clusterStatus = st["wsrep_cluster_state_uuid"], st["wsrep_local_state_comment"], st["wsrep_cluster_status"]
+		r.clusterSize, _ = strconv.ParseInt(st["wsrep_cluster_size"], 10, 64)
+	}
+	rows, err := db.QueryContext(ctx, "SHOW REPLICA STATUS")
+	if err != nil {
+		rows, err = db.QueryContext(ctx, "SHOW SLAVE STATUS") // before MySQL 8.0.22 and MariaDB 10.5.1
+	}
+	if err != nil {
+		return r, nil
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil || !rows.Next() {
+		return r, nil
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return r, err
+	}
+	col := map[string]string{}
+	for i, c := range cols {
+		col[c] = vals[i].String
+	}
+	pick := func(names ...string) string {
+		for _, n := range names {
+			if v, ok := col[n]; ok {
+				return v
+			}
+		}
+		return ""
+	}
+	if host := pick("Source_Host", "Master_Host"); host != "" {
+		r.source = host + ":" + pick("Source_Port", "Master_Port")
+		r.ioRunning = strings.EqualFold(pick("Replica_IO_Running", "Slave_IO_Running"), "Yes")
+		r.sqlRun = strings.EqualFold(pick("Replica_SQL_Running", "Slave_SQL_Running"), "Yes")
+	}
+	return r, nil
+}
+
+// nameValues runs a SHOW … WHERE Variable_name IN (…) and returns its rows by name.
+func nameValues(ctx context.Context, db *sql.DB, query string) (map[string]string, error) {
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return nil, err
+		}
+		out[strings.ToLower(name)] = value
+	}
+	return out, rows.Err()
+}
+
+// replicates reports whether the server holds rows it does not write: copies of its peers' rows.
+func (r replication) replicates(v serverVars) bool { return v.galera || r.source != "" }
+
+// String describes the replication for people: doctor, the namespace API, the status page.
+func (r replication) String() string {
+	var parts []string
+	if r.clusterUUID != "" {
+		parts = append(parts, fmt.Sprintf("Galera cluster %s (%d nodes; this node %s, component %s)", short(r.clusterUUID), r.clusterSize, r.localState, r.clusterStatus))
+	}
+	if r.source != "" {
+		parts = append(parts, fmt.Sprintf("replica of %s (I/O thread %s, SQL thread %s)", r.source, yesNo(r.ioRunning), yesNo(r.sqlRun)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// usable says why a server may not serve now although its settings are right: a Galera node that is
+// not Synced (a donor, a joiner) or not in the cluster's primary component.
+func (r replication) usable(name string, v serverVars) error {
+	if !v.galera {
+		return nil
+	}
+	if r.localState != "Synced" || r.clusterStatus != "Primary" {
+		return fmt.Errorf("%s is a Galera node in state %s (cluster component %s), not Synced in the primary component: it is not used until it is",
+			name, r.localState, r.clusterStatus)
+	}
+	return nil
+}
+
+func short(uuid string) string {
+	if len(uuid) > 8 {
+		return uuid[:8]
+	}
+	return uuid
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "running"
+	}
+	return "stopped"
 }
 
 // problems lists what is wrong with one server's own settings, each error saying how to fix it.
@@ -31,6 +170,14 @@ func (v serverVars) problems(name string) []error {
 	if v.logBin && v.syncBinlog != 1 {
 		errs = append(errs, fmt.Errorf("%w: the binary log is on and sync_binlog is %d on %s: after a crash a replica or restore could miss leases and reissue IDs; set sync_binlog=1",
 			allocator.ErrMisconfigured, v.syncBinlog, name))
+	}
+	if v.readOnly {
+		errs = append(errs, fmt.Errorf("%w: %s is read-only (read_only=ON; a replica?): a ticket server takes writes; point ticketd at the server that does, or set read_only=OFF",
+			allocator.ErrMisconfigured, name))
+	}
+	if v.galera && v.autoIncrementControl {
+		errs = append(errs, fmt.Errorf("%w: %s is a Galera node with wsrep_auto_increment_control=ON: Galera then sets auto_increment_increment and offset from the cluster's size, and changes them when a node comes or goes; set wsrep_auto_increment_control=OFF, auto_increment_increment to a fixed value with room to grow (at least the number of nodes; nodes + 1 leaves room for one more) and a distinct auto_increment_offset on each node",
+			allocator.ErrMisconfigured, name))
 	}
 	if v.offset < 1 || v.offset > v.increment {
 		errs = append(errs, fmt.Errorf("%w: auto_increment_offset %d on %s is outside 1..auto_increment_increment (%d), where MySQL ignores it; set an offset in 1..%d",

@@ -36,6 +36,8 @@ type ServerDiagnosis struct {
 	LogBin        bool
 	SyncBinlog    int64
 	Schema        int // highest migration applied; 0 when none
+	// Replication says how the server replicates (a Galera cluster, a source), empty when it does not.
+	Replication string
 }
 
 // NamespaceDiagnosis is one namespace's row on one server.
@@ -86,6 +88,9 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		for _, e := range v.problems(s.Name()) {
 			problem("%s", unwrapMisconfigured(e))
 		}
+		if err := s.replication().usable(s.Name(), v); err != nil {
+			problem("%s; wait until the node has caught up, or find why it cannot", err)
+		}
 		list = append(list, namedVars{s.Name(), v})
 		if sd.Schema < schema.Latest() {
 			problem("%s has schema version %d, this ticketd needs %d: run `ticketd migrate`", s.Name(), sd.Schema, schema.Latest())
@@ -107,10 +112,18 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 			problem("reading namespaces on %s: %v", s.Name(), err)
 			continue
 		}
+		v, _ := s.vars()
+		replicated := s.replication().replicates(v)
 		rows[s] = map[string]rowSettings{}
 		for _, r := range rs {
-			rows[s][r.ns.Name] = r
 			names[r.ns.Name] = true
+			// Its own rows, by offset; on a server that replicates its peers, theirs are copies. Any
+			// other row is kept, so that a step/offset mismatch shows.
+			if r.offset == v.offset || !replicated || r.step != v.increment {
+				if _, mine := rows[s][r.ns.Name]; !mine || r.offset == v.offset {
+					rows[s][r.ns.Name] = r
+				}
+			}
 		}
 	}
 	sorted := make([]string, 0, len(names))
@@ -164,10 +177,15 @@ func (p *Pair) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
 		sd.Error = err.Error()
 		return sd
 	}
+	r, err := readReplication(qctx, s.ctl, v)
+	if err != nil {
+		sd.Error = err.Error()
+		return sd
+	}
 	s.mu.Lock()
-	s.seen, s.haveSeen = v, true
+	s.seen, s.haveSeen, s.repl = v, true, r
 	s.mu.Unlock()
-	sd.Reachable, sd.Version, sd.Increment, sd.Offset = true, v.version, v.increment, v.offset
+	sd.Reachable, sd.Version, sd.Increment, sd.Offset, sd.Replication = true, v.version, v.increment, v.offset, r.String()
 	sd.FlushAtCommit, sd.LogBin, sd.SyncBinlog = v.flushAtCommit, v.logBin, v.syncBinlog
 	var version *int
 	if err := s.ctl.QueryRowContext(qctx, "SELECT MAX(version) FROM ticketd_schema_migrations").Scan(&version); err == nil && version != nil {

@@ -14,7 +14,9 @@ import (
 )
 
 // TestMisconfigurationsAreRefused changes one global setting at a time on a private pair and checks
-// that Open refuses with an error that names the problem and the server.
+// that Open refuses with an error that names the problem and the server: settings that conflict
+// between the servers refuse the pair; a server wrong on its own is refused when no other can serve,
+// and left out while another serves.
 func TestMisconfigurationsAreRefused(t *testing.T) {
 	pair := testenv.PrivatePair(t)
 	dsns := []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}
@@ -58,6 +60,7 @@ func TestMisconfigurationsAreRefused(t *testing.T) {
 		{
 			name: "flush at commit off",
 			set:  []string{"SET GLOBAL innodb_flush_log_at_trx_commit = 2"}, reset: []string{"SET GLOBAL innodb_flush_log_at_trx_commit = 1"},
+			dsns: dsns[:1],
 			want: []string{"innodb_flush_log_at_trx_commit is 2 on " + nameA, "set innodb_flush_log_at_trx_commit=1"},
 		},
 	}
@@ -84,6 +87,24 @@ func TestMisconfigurationsAreRefused(t *testing.T) {
 			}
 		})
 	}
+	// A server wrong on its own, with another that can serve: it is left out with the reason.
+	t.Run("one server wrong on its own is left out", func(t *testing.T) {
+		testenv.Exec(t, pair[0].DSN(""), "SET GLOBAL innodb_flush_log_at_trx_commit = 2")
+		defer testenv.Exec(t, pair[0].DSN(""), "SET GLOBAL innodb_flush_log_at_trx_commit = 1")
+		p, err := Open(context.Background(), Config{DSNs: dsns, Logger: quiet})
+		if err != nil {
+			t.Fatalf("Open: %v; B can serve", err)
+		}
+		defer p.Close()
+		if h := healthOf(p, nameA); h.Healthy || !strings.Contains(h.Error, "innodb_flush_log_at_trx_commit is 2 on "+nameA) {
+			t.Fatalf("A: %+v", h)
+		}
+		for range 5 {
+			if b, err := p.Lease(context.Background(), "orders", 10); err != nil || b.Server != nameB {
+				t.Fatalf("lease: %v, %v; want B", b, err)
+			}
+		}
+	})
 	// The increment-below-count case with two servers, both increment 1 (offsets 1 and 1).
 	t.Run("two servers increment one", func(t *testing.T) {
 		for _, m := range pair {

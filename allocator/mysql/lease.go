@@ -79,7 +79,7 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 // (the server is not the one that was checked), its counter went below the floor (restored or
 // rolled back: the server is fenced), or the request does not fit (size, or the end of the ID space).
 func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Namespace, floor multi.Mark, first, largest, total int64) error {
-	r, err := s.readRow(ctx, ns.Name)
+	r, err := s.readRow(ctx, ns.Name, v.offset)
 	switch {
 	case errors.Is(err, errRowMissing) && floor.Value > 0:
 		return s.pair.fence(s, []string{ns.Name}, []string{fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns.Name, floor.Holder, floor.Value)})

@@ -100,9 +100,11 @@ type Pair struct {
 var _ allocator.Backend = (*Pair)(nil)
 var _ allocator.HealthReporter = (*Pair)(nil)
 
-// Open connects to every server, checks each reachable one (see Check), and refuses to start when the
-// servers could issue the same ID. Servers that are down are checked when they come back, before
-// their first lease. Open fails with ErrUnavailable when no server is reachable.
+// Open connects to every server, checks each reachable one (see server.verify), and refuses to start
+// when the servers' settings conflict (they could issue the same ID). A server that is down, fenced,
+// or refused for its own settings is left out with the reason, and checked again before its first
+// lease; the others serve. Open fails with ErrUnavailable (wrapping each server's reason) when no
+// server can serve.
 func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	p, err := build(cfg)
 	if err != nil {
@@ -110,31 +112,31 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	}
 	cfg = p.cfg
 
-	// Check every server in parallel; a server that does not answer is left for later.
+	// Check every server in parallel; a server that does not answer is left for later, and one whose own
+	// settings are wrong (or, on Galera, that is not Synced) is left out with the reason while the
+	// others serve. Settings that conflict between servers refuse the whole set: which one is wrong is
+	// for an operator to say.
 	errs := p.set.InParallel(func(s *server) error { _, err := s.inspect(ctx); return err })
-	var refused []error
 	reachable := 0
 	for i, s := range p.set.All() {
 		switch {
 		case errs[i] == nil:
 			reachable++
-		case errors.Is(errs[i], allocator.ErrMisconfigured):
-			refused = append(refused, errs[i])
+		case errors.Is(errs[i], allocator.ErrMisconfigured), errors.Is(errs[i], errNotSynced):
+			cfg.Logger.Warn("ticket server refused at start; serving from the others", "server", s.Name(), "err", errs[i])
+			s.MarkDown(errs[i])
 		default:
 			cfg.Logger.Warn("ticket server unreachable at start; serving from the others", "server", s.Name(), "err", errs[i])
 			s.MarkDown(errs[i])
 		}
 	}
-	if err := p.crossCheck(nil, serverVars{}); err != nil {
-		refused = append(refused, err)
-	}
-	if len(refused) > 0 {
+	if err := p.crossCheck(nil, serverVars{}, errs); err != nil {
 		p.closeDBs()
-		return nil, errors.Join(refused...)
+		return nil, err
 	}
 	if reachable == 0 {
 		p.closeDBs()
-		return nil, fmt.Errorf("%w: none of %s answered: %w", allocator.ErrUnavailable, p.names(), errors.Join(errs...))
+		return nil, fmt.Errorf("%w: no server of %s answered and passed its checks: %w", allocator.ErrUnavailable, p.names(), errors.Join(errs...))
 	}
 	// Each server is checked twice: a server checked early could not see the rows of those checked
 	// after it, nor take its missed changes from them.
@@ -148,12 +150,10 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 			failed[i] = err
 			switch {
 			case err == nil:
-			case errors.Is(err, allocator.ErrMisconfigured) && pass == 0 && !errors.As(err, new(schemaError)):
-				p.closeDBs()
-				return nil, err
 			case errors.Is(err, allocator.ErrFenced), errors.Is(err, allocator.ErrMisconfigured):
-				// A fenced server, or one whose schema is behind, does not stop the process: it serves from
-				// the others, and says why the server is out, so that an operator can look.
+				// A fenced or misconfigured server does not stop the process: the others serve, and its
+				// health says why it is out, so that an operator can look. (Settings that conflict
+				// between servers were refused above.)
 			default:
 				cfg.Logger.Warn("ticket server failed its checks at start; serving from the others", "server", s.Name(), "err", err)
 			}
@@ -182,14 +182,15 @@ func (p *Pair) names() string { return strings.Join(p.set.Names(), ", ") }
 // increment no smaller than the number of servers. With a candidate, its settings v are compared with
 // the settings every other server last passed its checks with — also a server that is down now, since
 // it comes back with its offset. Without one (at Open), the settings of every server that answered are
-// compared.
-func (p *Pair) crossCheck(candidate *server, v serverVars) error {
+// compared, but for those refused for their own settings (refused[i] non-nil): those are left out until
+// they pass.
+func (p *Pair) crossCheck(candidate *server, v serverVars, refused []error) error {
 	var list []namedVars
 	if candidate != nil {
 		list = append(list, namedVars{candidate.Name(), v})
 	}
-	for _, s := range p.set.All() {
-		if s == candidate {
+	for i, s := range p.set.All() {
+		if s == candidate || (candidate == nil && refused[i] != nil) {
 			continue
 		}
 		if c := s.view(); c != nil && candidate != nil {
@@ -345,9 +346,9 @@ func (p *Pair) serverStates(ctx context.Context, names []string) map[string][]al
 	for _, name := range names {
 		for _, s := range p.set.All() {
 			h := s.Health()
-			st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error}
+			st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
 			if h.Healthy {
-				rs, err := s.readRow(ctx, name)
+				rs, err := s.readRow(ctx, name, h.Offset)
 				switch {
 				case err == nil:
 					st.Next = rs.next

@@ -11,8 +11,10 @@ import (
 	"github.com/ticketd/ticketd/allocator/internal/multi"
 )
 
-// rowSettings is one namespace row. ns.Start is the highest start the namespace was created or
-// advanced with: no counter of it issues below it.
+// rowSettings is one namespace row: the counter of one server (the one of offset) for one namespace,
+// and the settings. ns.Start is the highest start the namespace was created or advanced with: no
+// counter of it issues below it. A server leases only from its own row; on servers that replicate each
+// other, the others' rows are copies it never writes.
 type rowSettings struct {
 	ns           allocator.Namespace
 	next         int64
@@ -36,8 +38,19 @@ func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
 	return r, err
 }
 
+// readRows reads every namespace row the server holds: its own, and on servers that replicate each
+// other the copies of its peers' rows.
 func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
-	rows, err := s.ctl.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name")
+	return s.queryRows(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset")
+}
+
+// ownRows reads the rows of the server of the given offset: the ones it leases from.
+func (s *server) ownRows(ctx context.Context, offset int64) ([]rowSettings, error) {
+	return s.queryRows(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name", offset)
+}
+
+func (s *server) queryRows(ctx context.Context, query string, args ...any) ([]rowSettings, error) {
+	rows, err := s.ctl.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -53,18 +66,20 @@ func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
 	return out, rows.Err()
 }
 
-func (s *server) readRow(ctx context.Context, name string) (rowSettings, error) {
-	r, err := scanRow(s.ctl.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ?", name))
+// readRow reads the namespace's row of the server of the given offset.
+func (s *server) readRow(ctx context.Context, name string, offset int64) (rowSettings, error) {
+	r, err := scanRow(s.ctl.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ? AND id_offset = ?", name, offset))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRowMissing
 	}
 	return r, err
 }
 
-// ReadRecord reads the namespace's row; found is false when this server has none.
+// ReadRecord reads the namespace's newest settings among the rows the server holds; found is false
+// when it holds none.
 func (s *server) ReadRecord(ctx context.Context, name string) (rowSettings, bool, error) {
-	r, err := s.readRow(ctx, name)
-	if errors.Is(err, errRowMissing) {
+	r, err := scanRow(s.ctl.QueryRowContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ? ORDER BY updated_us DESC LIMIT 1", name))
+	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
 	return r, err == nil, err
@@ -120,7 +135,7 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		return err
 	} else if n == 0 {
 		// Unchanged settings also affect no row; tell the two apart.
-		r, err := s.readRow(ctx, ns.Name)
+		r, err := s.readRow(ctx, ns.Name, v.offset)
 		if err != nil {
 			return err
 		}

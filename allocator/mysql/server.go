@@ -27,6 +27,10 @@ type serverVars struct {
 	logBin            bool
 	syncBinlog        int64
 	version           string
+	readOnly          bool
+	// galera is whether the server is a Galera node (wsrep_on), autoIncrementControl whether Galera
+	// sets the auto_increment settings itself (wsrep_auto_increment_control).
+	galera, autoIncrementControl bool
 }
 
 // server is one ticket server and what the pair knows of it. Safe for concurrent use.
@@ -49,7 +53,8 @@ type server struct {
 	mu       sync.Mutex
 	seen     serverVars // the settings as last read, passed or not (for health and the checks at Open)
 	haveSeen bool
-	fenced   []string // namespaces below a water mark
+	repl     replication // how the server replicates, as last read
+	fenced   []string    // namespaces below a water mark
 	fenceWhy string
 
 	marks multi.Floors // the highest counters seen on this server, here and by the peers
@@ -89,7 +94,7 @@ func (s *server) Health() allocator.ServerHealth {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h.Step, h.Offset, h.Fenced = v.increment, v.offset, len(s.fenced) > 0
+	h.Step, h.Offset, h.Fenced, h.Replication = v.increment, v.offset, len(s.fenced) > 0, s.repl.String()
 	if h.Fenced && !h.Healthy {
 		h.Error = s.fenceWhy
 	}
@@ -161,7 +166,7 @@ func (s *server) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.pair.crossCheck(s, v); err != nil {
+	if err := s.pair.crossCheck(s, v, nil); err != nil {
 		s.NoteError(err)
 		return err
 	}
@@ -173,8 +178,9 @@ func (s *server) verify(ctx context.Context) error {
 }
 
 // inspect reads and checks the server's own settings, from the server's global variables (a pooled
-// session keeps the values of the moment it connected). A misconfiguration is ErrMisconfigured; a
-// server that does not answer returns its connection error.
+// session keeps the values of the moment it connected), and its replication state. A misconfiguration
+// is ErrMisconfigured; a Galera node that may not serve now, errNotSynced; a server that does not
+// answer returns its connection error.
 func (s *server) inspect(ctx context.Context) (serverVars, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.pair.cfg.AttemptTimeout)
 	defer cancel()
@@ -182,14 +188,34 @@ func (s *server) inspect(ctx context.Context) (serverVars, error) {
 	if err != nil {
 		return v, fmt.Errorf("%s: %w", s.Name(), err)
 	}
+	r, err := readReplication(ctx, s.ctl, v)
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", s.Name(), err)
+	}
 	s.mu.Lock()
-	s.seen, s.haveSeen = v, true
+	s.seen, s.haveSeen, s.repl = v, true, r
 	s.mu.Unlock()
 	if err := errors.Join(v.problems(s.Name())...); err != nil {
 		s.NoteError(err)
 		return v, err
 	}
+	if err := r.usable(s.Name(), v); err != nil {
+		err = fmt.Errorf("%w: %w", errNotSynced, err)
+		s.NoteError(err)
+		return v, err
+	}
 	return v, nil
+}
+
+// errNotSynced means a Galera node may not serve now (a donor, a joiner, outside the primary
+// component); it is checked again later.
+var errNotSynced = errors.New("mysql: Galera node not Synced")
+
+// replication returns how the server replicates, as last read.
+func (s *server) replication() replication {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.repl
 }
 
 // admit verifies the server afresh and puts it in rotation.
@@ -215,12 +241,18 @@ func (s *server) checkRows(ctx context.Context, v serverVars) error {
 	if err := s.checkSchema(ctx); err != nil {
 		return err
 	}
+	// Its own rows; and on a server that does not replicate, any other row is one made under other
+	// settings. (On one that does, the rows of the other offsets are the peers' copies.)
 	rows, err := s.readRows(ctx)
 	if err != nil {
 		return err
 	}
+	replicated := s.replication().replicates(v)
 	var errs []error
 	for _, r := range rows {
+		if replicated && r.offset != v.offset && r.step == v.increment {
+			continue
+		}
 		if r.step != v.increment || r.offset != v.offset || r.next%r.step != v.offset%v.increment {
 			errs = append(errs, fmt.Errorf("%w: namespace %q on %s was created with step %d offset %d (next %d) but the server now runs with auto_increment_increment %d offset %d; restore the server's settings",
 				allocator.ErrMisconfigured, r.ns.Name, s.Name(), r.step, r.offset, r.next, v.increment, v.offset))

@@ -91,7 +91,7 @@ func (p *Pair) guard() {
 				s.Name(), v.increment, v.offset, v.flushAtCommit, v.syncBinlog, now.increment, now.offset, now.flushAtCommit, now.syncBinlog)
 		}
 		if err != nil {
-			if errors.Is(err, allocator.ErrMisconfigured) || now != *v {
+			if errors.Is(err, allocator.ErrMisconfigured) || errors.Is(err, errNotSynced) || now != *v {
 				s.MarkDown(err)
 			}
 			continue
@@ -119,30 +119,42 @@ func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[strin
 	return s.marks.Snapshot()
 }
 
-// readMarks reads what peer recorded for the server of offset into s's floors.
+// readMarks reads into s's floors what peer holds of the server of offset: the water marks it
+// recorded, and, when the two replicate each other, its copies of the server's own rows — a mark that
+// replication keeps for free (a node rebuilt from its peers gets its counter back; one restored from an
+// old backup outside the cluster is below them).
 func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) error {
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
-	rows, err := peer.ctl.QueryContext(qctx, "SELECT namespace, high_water FROM ticketd_watermarks WHERE peer_offset = ?", offset)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ns string
-		var h int64
-		if err := rows.Scan(&ns, &h); err != nil {
+	for _, q := range []struct{ query, holder string }{
+		{"SELECT namespace, high_water FROM ticketd_watermarks WHERE peer_offset = ?", peer.Name()},
+		{"SELECT name, next_id FROM ticketd_namespaces WHERE id_offset = ?", "its row's copy on " + peer.Name()},
+	} {
+		rows, err := peer.ctl.QueryContext(qctx, q.query, offset)
+		if err != nil {
 			return err
 		}
-		s.marks.Observe(ns, h, peer.Name())
+		for rows.Next() {
+			var ns string
+			var h int64
+			if err := rows.Scan(&ns, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			s.marks.Observe(ns, h, q.holder)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
-	return rows.Err()
+	return nil
 }
 
 // checkFence compares s's counters (made for the settings v) with marks. A counter below a mark, or a
 // row missing although a mark says the server issued from it, fences s.
 func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]multi.Mark) error {
-	rows, err := s.readRows(ctx)
+	rows, err := s.ownRows(ctx, v.offset)
 	if err != nil {
 		return err
 	}
@@ -226,7 +238,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 	}
 	w := p.peerMarks(ctx, s, v.offset)[namespace]
 	res := allocator.RepairResult{Server: s.Name(), Namespace: namespace, Watermark: w.Value, Holder: w.Holder}
-	row, err := s.readRow(ctx, namespace)
+	row, err := s.readRow(ctx, namespace, v.offset)
 	missing := errors.Is(err, errRowMissing)
 	switch {
 	case missing && w.Value > 0:
@@ -273,7 +285,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 	if err != nil {
 		return res, err
 	}
-	if row, err = s.readRow(ctx, namespace); err != nil {
+	if row, err = s.readRow(ctx, namespace, v.offset); err != nil {
 		return res, err
 	}
 	res.After, res.Margin = row.next, row.next-base
