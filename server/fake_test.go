@@ -21,6 +21,7 @@ type fakeBackend struct {
 	spaces   map[string]*fakeSpace
 	healthy  map[string]bool
 	fenced   map[string]string  // server → why, like a restored backup
+	repl     map[string]string  // server → how it replicates
 	leaseErr error              // returned by every lease while set
 	listErr  error              // returned by Namespaces while set
 	observer allocator.Observer // told of every lease that reached a counter, when set
@@ -55,7 +56,7 @@ func newFake(now func() time.Time) *fakeBackend {
 		now = time.Now
 	}
 	return &fakeBackend{now: now, spaces: map[string]*fakeSpace{}, healthy: map[string]bool{"a": true, "b": true},
-		fenced: map[string]string{}}
+		fenced: map[string]string{}, repl: map[string]string{}}
 }
 
 // calls is every call that reached the backend.
@@ -291,7 +292,7 @@ func (f *fakeBackend) Health() []allocator.ServerHealth {
 	out := make([]allocator.ServerHealth, len(fakeServers))
 	for i, s := range fakeServers {
 		out[i] = allocator.ServerHealth{Name: s, Healthy: f.usableLocked(s), Step: 2, Offset: int64(i + 1),
-			Fenced: f.fenced[s] != "", Error: f.fenced[s]}
+			Fenced: f.fenced[s] != "", Error: f.fenced[s], Replication: f.repl[s]}
 	}
 	return out
 }

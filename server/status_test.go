@@ -97,8 +97,14 @@ func TestStatusPageShowsServersSegmentsRatesAndLatency(t *testing.T) {
 	}
 	m.ObserveLease("a", 5*time.Second, fmt.Errorf("timeout"))
 	s.fake.fence("b", `counter below the <b>water mark</b>; run ticketd repair`)
+	s.fake.mu.Lock()
+	s.fake.repl["a"] = "Galera cluster 3adab761 (3 nodes; this node Synced, component Primary)"
+	s.fake.mu.Unlock()
 
 	page := s.do(t, request{method: "GET", path: "/", token: adminTok}).Body.String()
+	if !strings.Contains(page, `<span class="muted" data-replication>Galera cluster 3adab761 (3 nodes; this node Synced, component Primary)</span>`) {
+		t.Error("the status page does not say how server a replicates")
+	}
 	if got := strings.Join(attr(page, "data-namespace"), ","); got != "links,orders" {
 		t.Fatalf("namespaces %q, want links,orders", got)
 	}

@@ -72,13 +72,17 @@ func (c *doctorCmd) run(ctx context.Context, m *Main, args []string) error {
 
 func printMySQLDiagnosis(m *Main, d mysql.Diagnosis) {
 	w := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SERVER\tREACHABLE\tVERSION\tINCREMENT\tOFFSET\tFLUSH_AT_COMMIT\tBINLOG\tSYNC_BINLOG\tSCHEMA")
+	fmt.Fprintln(w, "SERVER\tREACHABLE\tVERSION\tINCREMENT\tOFFSET\tFLUSH_AT_COMMIT\tBINLOG\tSYNC_BINLOG\tSCHEMA\tREPLICATION")
 	for _, s := range d.Servers {
 		if !s.Reachable {
-			fmt.Fprintf(w, "%s\tno\t-\t-\t-\t-\t-\t-\t-\n", s.Name)
+			fmt.Fprintf(w, "%s\tno\t-\t-\t-\t-\t-\t-\t-\t-\n", s.Name)
 			continue
 		}
-		fmt.Fprintf(w, "%s\tyes\t%s\t%d\t%d\t%d\t%v\t%d\t%d\n", s.Name, s.Version, s.Increment, s.Offset, s.FlushAtCommit, onOff(s.LogBin), s.SyncBinlog, s.Schema)
+		repl := s.Replication
+		if repl == "" {
+			repl = "none"
+		}
+		fmt.Fprintf(w, "%s\tyes\t%s\t%d\t%d\t%d\t%v\t%d\t%d\t%s\n", s.Name, s.Version, s.Increment, s.Offset, s.FlushAtCommit, onOff(s.LogBin), s.SyncBinlog, s.Schema, repl)
 	}
 	w.Flush()
 	if len(d.Namespaces) > 0 {

@@ -30,7 +30,7 @@ func TestDoctorOnAHealthyPair(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "no problem found") {
 		t.Fatalf("doctor on a healthy pair: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"INCREMENT", mysql.ServerName(pair[0]), mysql.ServerName(pair[1]), "orders", "2/1", "2/2"} {
+	for _, want := range []string{"INCREMENT", "REPLICATION", mysql.ServerName(pair[0]), mysql.ServerName(pair[1]), "orders", "2/1", "2/2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
