@@ -32,6 +32,10 @@ type Options struct {
 	MySQL []string
 	// Redis is the address of a Redis server for the Redis backend's load case; empty skips it.
 	Redis string
+	// Galera are the DSNs of the nodes of a MariaDB Galera cluster, for the load case that compares
+	// the cluster with the pair; empty skips it. Without a database name a fresh one is made (once: it
+	// replicates) and dropped at the end.
+	Galera []string
 	// Quick makes every default small: a smoke run of seconds.
 	Quick bool
 	// Command is the command line the report shows, to reproduce the run.

@@ -58,6 +58,16 @@ func loadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) ([]
 	} else {
 		skipped = append(skipped, "single server vs pair: --mysql names one server")
 	}
+	if len(opts.Galera) > 0 {
+		genv, err := openMySQL(ctx, Options{MySQL: opts.Galera})
+		if err != nil {
+			return nil, nil, fmt.Errorf("the Galera cluster: %w", err)
+		}
+		env.also = append(env.also, genv)
+		cases = append(cases, leaseCase(fmt.Sprintf("MySQL lease n=100 (Galera cluster of %d)", len(genv.dsns)), 100, genv, freshPair(genv, genv.dsns)))
+	} else {
+		skipped = append(skipped, "the pair vs a Galera cluster: no --galera DSNs given")
+	}
 	more, why, err := extraLoadCases(ctx, opts, env, m)
 	if err != nil {
 		return nil, nil, err

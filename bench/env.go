@@ -27,6 +27,7 @@ type mysqlEnv struct {
 	version string
 	drop    string // the database created for the run, dropped by Close
 	quiet   *slog.Logger
+	also    []*mysqlEnv // other servers a case uses (a Galera cluster), closed with this one
 }
 
 // loopbackOnly refuses an address that is not on this machine: load is sent only to loopback.
@@ -73,7 +74,8 @@ func openMySQL(ctx context.Context, opts Options) (*mysqlEnv, error) {
 				env.Close()
 				return nil, fmt.Errorf("%w: give every DSN a database, or none", ErrInvalidOptions)
 			}
-			if err := execOn(ctx, c.FormatDSN(), "CREATE DATABASE "+env.drop); err != nil {
+			// IF NOT EXISTS: on nodes of one Galera cluster the first node's database replicates.
+			if err := execOn(ctx, c.FormatDSN(), "CREATE DATABASE IF NOT EXISTS "+env.drop); err != nil {
 				env.Close()
 				return nil, fmt.Errorf("server %d: %w", i+1, err)
 			}
@@ -156,6 +158,9 @@ func (e *mysqlEnv) settle(ctx context.Context) {
 
 // Close closes the pair and drops the database the run created.
 func (e *mysqlEnv) Close() {
+	for _, o := range e.also {
+		o.Close()
+	}
 	if e.pair != nil {
 		_ = e.pair.Close()
 	}

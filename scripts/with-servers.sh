@@ -2,7 +2,8 @@
 # Runs a command with a throwaway MariaDB ticket pair (auto_increment_increment=2, offsets 1 and 2,
 # innodb_flush_log_at_trx_commit=1) and a throwaway Redis (AOF, appendfsync always) on free loopback
 # ports, their addresses exported as TICKETD_TEST_MYSQL_A, TICKETD_TEST_MYSQL_B and TICKETD_TEST_REDIS.
-# The servers are stopped by pid when the command ends, also when it fails.
+# With TICKETD_TEST_WITH_GALERA=1 it also starts a 3-node MariaDB Galera cluster (TICKETD_TEST_GALERA,
+# the nodes' DSNs). The servers are stopped by pid when the command ends, also when it fails.
 #
 #   scripts/with-servers.sh go test -run '^$' -bench . ./allocator/mysql/
 set -euo pipefail
@@ -17,6 +18,9 @@ need_pkg=()
 command -v mariadbd >/dev/null 2>&1 || need_pkg+=(mariadb-server)
 command -v mariadb-install-db >/dev/null 2>&1 || need_pkg+=(mariadb-server)
 command -v redis-server >/dev/null 2>&1 || need_pkg+=(redis-server)
+# Galera clusters (the tests start their own): the replication library, and rsync for state transfers.
+[ -e /usr/lib/galera/libgalera_smm.so ] || need_pkg+=(galera-4)
+command -v rsync >/dev/null 2>&1 || need_pkg+=(rsync)
 # The status page's test loads it in a real headless browser.
 command -v chromium >/dev/null 2>&1 || need_pkg+=(chromium)
 if ((${#need_pkg[@]})); then
@@ -46,7 +50,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 go build -o "$tmp/testservers" ./internal/cmd/testservers
-"$tmp/testservers" up --dir "$tmp" >"$tmp/env"
+galera=()
+[ "${TICKETD_TEST_WITH_GALERA:-}" = 1 ] && galera=(--galera)
+"$tmp/testservers" up --dir "$tmp" "${galera[@]}" >"$tmp/env"
 # shellcheck disable=SC1091
 . "$tmp/env"
 export TICKETD_TEST_REQUIRE=1 # the servers are up: a test that cannot reach them fails, never skips

@@ -32,6 +32,7 @@ type benchCmd struct {
 	batch    int
 	mysql    string
 	redis    string
+	galera   string
 	json     bool
 	quick    bool
 }
@@ -45,6 +46,7 @@ func (c *benchCmd) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.batch, "batch", 0, "rows per INSERT in the B-tree tables, the same for all (default 1000)")
 	fs.StringVar(&c.mysql, "mysql", "", "comma-separated DSNs of the MariaDB/MySQL ticket pair on loopback; without a database name a fresh one is made and dropped")
 	fs.StringVar(&c.redis, "redis", "", "address of a Redis on loopback for the Redis backend's load case")
+	fs.StringVar(&c.galera, "galera", "", "comma-separated DSNs of the nodes of a MariaDB Galera cluster on loopback, for the load case that compares it with the pair")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON on stdout instead of Markdown")
 	fs.BoolVar(&c.quick, "quick", false, "a smoke run of seconds: small defaults everywhere")
 }
@@ -58,7 +60,7 @@ func (c *benchCmd) commandLine(parts []string) string {
 	args = append(args, parts...)
 	c.fs.Visit(func(f *flag.Flag) {
 		v := f.Value.String()
-		if f.Name == "mysql" {
+		if f.Name == "mysql" || f.Name == "galera" {
 			v = dsnPassword.ReplaceAllString(v, ":***@")
 		}
 		if isBool(f) {
@@ -111,6 +113,10 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 		if d = strings.TrimSpace(d); d != "" {
 			opts.MySQL = append(opts.MySQL, d)
 		}
+	}
+	opts.Galera = splitList(c.galera)
+	if len(opts.Galera) > 0 && len(opts.Galera) < 2 {
+		return usagef("bench: --galera names the nodes of a cluster: give at least two DSNs")
 	}
 	// The progress line goes to stderr: rewritten in place on a terminal, a line a step elsewhere.
 	opts.Progress = m.Stderr

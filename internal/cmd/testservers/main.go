@@ -1,7 +1,8 @@
 // Command testservers starts and stops the throwaway servers the test suite runs against: a MariaDB
 // ticket pair (auto_increment_increment=2, offsets 1 and 2) and a Redis with appendfsync always.
 //
-//	testservers up --dir DIR   starts them and prints shell exports for the tests
+//	testservers up --dir DIR [--galera]   starts them (and a 3-node Galera cluster) and prints shell
+//	                                      exports for the tests
 //	testservers down PID...    stops them and waits until each process is gone
 package main
 
@@ -42,6 +43,7 @@ func main() {
 func up(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory for data dirs, sockets and logs (required; keep the path short)")
+	galera := fs.Bool("galera", false, "also start a 3-node MariaDB Galera cluster (TICKETD_TEST_GALERA)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,6 +66,24 @@ func up(args []string) error {
 	}
 	pids := []string{strconv.Itoa(servers[0].Pid), strconv.Itoa(servers[1].Pid)}
 	pids = append(pids, strconv.Itoa(redis.Pid))
+	if *galera {
+		gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer gcancel()
+		nodes, err := testservers.StartGalera(gctx, *dir, 3)
+		if err != nil {
+			for _, m := range servers {
+				_ = m.Kill()
+			}
+			_ = redis.Kill()
+			return err
+		}
+		var dsns []string
+		for _, n := range nodes {
+			dsns = append(dsns, n.DSN(""))
+			pids = append(pids, strconv.Itoa(n.Pid))
+		}
+		fmt.Printf("export TICKETD_TEST_GALERA='%s'\n", strings.Join(dsns, ","))
+	}
 	fmt.Printf("export TICKETD_TEST_MYSQL_A='%s'\n", servers[0].DSN(""))
 	fmt.Printf("export TICKETD_TEST_MYSQL_B='%s'\n", servers[1].DSN(""))
 	fmt.Printf("export TICKETD_TEST_REDIS='%s'\n", redis.Addr())
