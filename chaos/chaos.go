@@ -22,15 +22,20 @@ const (
 	BackendMySQL = "mysql"
 	// BackendRedis is two Redis instances (odd/even).
 	BackendRedis = "redis"
+	// BackendGalera is a 3-node MariaDB Galera cluster (offsets 1, 2, 3 of 4). Not in the default run.
+	BackendGalera = "galera"
 )
 
 // Backends are the backend names Config.Backends accepts.
-var Backends = []string{BackendMySQL, BackendRedis}
+var Backends = []string{BackendMySQL, BackendRedis, BackendGalera}
+
+// DefaultBackends run when Config.Backends is empty.
+var DefaultBackends = []string{BackendMySQL, BackendRedis}
 
 // Config configures a run. The zero value of each field means its default.
 type Config struct {
 	// Backends names the backends to run, each as a world of its own with its servers, two replicas,
-	// clients and checks, all at once. Default: every one of Backends.
+	// clients and checks, all at once. Default: DefaultBackends.
 	Backends []string
 	// MySQL are the DSNs of ticket servers the run does not own, odd first; empty starts a throwaway
 	// MariaDB pair in Dir. With MySQL set, KillCmd and StartCmd stop and start server i (sh -c, with
@@ -56,7 +61,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if len(c.Backends) == 0 {
-		c.Backends = slices.Clone(Backends)
+		c.Backends = slices.Clone(DefaultBackends)
 	}
 	if c.Duration <= 0 {
 		c.Duration = 60 * time.Second
@@ -153,6 +158,9 @@ const (
 	// ExpectStart: a namespace's start is advanced while a server is down; every block leased after the
 	// change, the returned server's included, must start at or above it.
 	ExpectStart = "start"
+	// ExpectHealed: a server loses its data and its cluster gives it back (a Galera state transfer): no
+	// replica may fence or refuse it, and it must serve again without a repair.
+	ExpectHealed = "healed"
 )
 
 // FaultResult is one fault of the schedule and what came of it.
@@ -187,6 +195,10 @@ func (f FaultResult) problem() string {
 		return "went unnoticed: no replica reported the server " + f.Expect
 	case f.Expect == ExpectStart && f.Checked == 0:
 		return "was not exercised: the server that was down issued no block after its return"
+	case f.Expect == ExpectHealed && f.FencedOrRefused:
+		return "was fenced or refused: a server its cluster rebuilt must need no repair"
+	case f.Expect == ExpectHealed && f.Checked == 0:
+		return "was not exercised: the rebuilt server issued no block after it rejoined"
 	}
 	return ""
 }

@@ -47,7 +47,7 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	}
 	f.Blocks = int64(len(blocks))
 	f.FailedAttempts, f.Failovers = w.attempts.failed.Load(), w.attempts.failovers.Load()
-	f.ParityViolations = parityViolations(blocks, w.indexOf) + outsideBlocks(all, blocks)
+	f.ParityViolations = w.layout.parityViolations(blocks, w.indexOf) + w.layout.outsideBlocks(all, blocks)
 	for _, a := range advances {
 		c := a.check(rec, w.indexOf)
 		f.StartViolations += c.violations
@@ -64,7 +64,7 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	if err != nil {
 		return f, faults, err
 	}
-	f.LostInFlightIDs = lostInFlight(w.before, after, resets, blocks, w.indexOf)
+	f.LostInFlightIDs = w.layout.lostInFlight(w.before, after, resets, blocks, w.indexOf)
 	return f, faults, nil
 }
 
@@ -79,15 +79,40 @@ func duplicates(sorted []int64) int64 {
 	return n
 }
 
-// residue is the residue (mod step) of the IDs server i issues: server a odd, server b even.
-func residue(i int) int64 { return int64(i+1) % step }
+// layout is how a backend's servers split the IDs: servers of them, server i (from 0) issuing IDs ≡
+// i+1 (mod step) — the pair and two Redis instances odd and even, a Galera cluster of three nodes at
+// offsets 1, 2, 3 of 4.
+type layout struct {
+	servers int
+	step    int64
+}
+
+// pairLayout is two servers, odd and even.
+var pairLayout = layout{servers: 2, step: 2}
+
+// indexes are the servers' indexes, 0 to servers-1.
+func (l layout) indexes() []int {
+	out := make([]int, l.servers)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// residue is the residue (mod step) of the IDs server i issues.
+func (l layout) residue(i int) int64 { return int64(i+1) % l.step }
+
+// firstOf is server i's first ID at or above start.
+func (l layout) firstOf(i int, start int64) int64 {
+	return start + (l.residue(i)-start%l.step+l.step)%l.step
+}
 
 // parityViolations counts the IDs of blocks issued by no known server, with another step, or outside
 // the residue of the server that issued them.
-func parityViolations(blocks []allocator.Block, indexOf func(string) (int, bool)) int64 {
+func (l layout) parityViolations(blocks []allocator.Block, indexOf func(string) (int, bool)) int64 {
 	var n int64
 	for _, b := range blocks {
-		if i, ok := indexOf(b.Server); !ok || b.Step != step || b.Start%step != residue(i) {
+		if i, ok := indexOf(b.Server); !ok || b.Step != l.step || b.Start%l.step != l.residue(i) {
 			n += b.Size
 		}
 	}
@@ -96,19 +121,19 @@ func parityViolations(blocks []allocator.Block, indexOf func(string) (int, bool)
 
 // outsideBlocks counts the IDs of a sorted list that lie in no block of their residue: walks the IDs
 // against the sorted blocks of each residue.
-func outsideBlocks(sorted []int64, blocks []allocator.Block) int64 {
+func (l layout) outsideBlocks(sorted []int64, blocks []allocator.Block) int64 {
 	var n int64
-	for _, parity := range []int64{0, 1} {
+	for parity := range l.step {
 		var bs []allocator.Block
 		for _, b := range blocks {
-			if b.Start%step == parity {
+			if b.Start%l.step == parity {
 				bs = append(bs, b)
 			}
 		}
 		slices.SortFunc(bs, func(x, y allocator.Block) int { return compare(x.Start, y.Start) })
 		j := 0
 		for _, id := range sorted {
-			if id%step != parity {
+			if id%l.step != parity {
 				continue
 			}
 			for j < len(bs) && lastOf(bs[j]) < id {
@@ -173,7 +198,7 @@ func (a advance) check(blocks []recorded, indexOf func(string) (int, bool)) adva
 // from each such value (resets) to the next: a stretch that ended at a reset counts up to the end of
 // its highest block (what happened after that block is not known), the last one up to the counter
 // at the end.
-func lostInFlight(before, after map[int]int64, resets map[int][]int64, blocks []allocator.Block, indexOf func(string) (int, bool)) int64 {
+func (l layout) lostInFlight(before, after map[int]int64, resets map[int][]int64, blocks []allocator.Block, indexOf func(string) (int, bool)) int64 {
 	var moved, recorded int64
 	for i, from := range before {
 		bounds := append([]int64{from}, resets[i]...)
@@ -195,5 +220,5 @@ func lostInFlight(before, after map[int]int64, resets map[int][]int64, blocks []
 		}
 		moved += after[i] - bounds[last]
 	}
-	return moved/step - recorded
+	return moved/l.step - recorded
 }

@@ -19,7 +19,7 @@ func names(n map[string]int) func(string) (int, bool) {
 var ab = names(map[string]int{"a": 0, "b": 1})
 
 func blk(server string, start, size int64) allocator.Block {
-	return allocator.Block{Namespace: Namespace, Server: server, Start: start, Step: step, Size: size}
+	return allocator.Block{Namespace: Namespace, Server: server, Start: start, Step: pairLayout.step, Size: size}
 }
 
 func TestFaultProblems(t *testing.T) {
@@ -133,7 +133,7 @@ func TestParityViolations(t *testing.T) {
 		blk("c", 61, 4),  // unknown server
 		{Namespace: Namespace, Server: "b", Start: 100, Step: 4, Size: 5}, // another step
 	}
-	if got := parityViolations(blocks, ab); got != 3+4+5 {
+	if got := pairLayout.parityViolations(blocks, ab); got != 3+4+5 {
 		t.Fatalf("parity violations %d, want 12", got)
 	}
 }
@@ -141,7 +141,7 @@ func TestParityViolations(t *testing.T) {
 func TestOutsideBlocks(t *testing.T) {
 	blocks := []allocator.Block{blk("a", 1, 3), blk("b", 2, 2), blk("b", 10, 1)} // 1 3 5 | 2 4 | 10
 	ids := []int64{1, 2, 3, 4, 5, 6, 7, 10, 12}
-	if got := outsideBlocks(ids, blocks); got != 3 { // 6, 7, 12
+	if got := pairLayout.outsideBlocks(ids, blocks); got != 3 { // 6, 7, 12
 		t.Fatalf("IDs outside every block: %d, want 3", got)
 	}
 }
@@ -177,7 +177,7 @@ func TestStartAdvanceCheck(t *testing.T) {
 
 func TestFirstOf(t *testing.T) {
 	for _, c := range []struct{ i, start, want int64 }{{0, 10, 11}, {0, 11, 11}, {1, 10, 10}, {1, 11, 12}} {
-		if got := firstOf(int(c.i), c.start); got != c.want {
+		if got := pairLayout.firstOf(int(c.i), c.start); got != c.want {
 			t.Errorf("firstOf(%d, %d) = %d, want %d", c.i, c.start, got, c.want)
 		}
 	}
@@ -208,7 +208,7 @@ func TestLostInFlight(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := lostInFlight(before, c.after, c.resets, c.blocks, ab); got != c.want {
+			if got := pairLayout.lostInFlight(before, c.after, c.resets, c.blocks, ab); got != c.want {
 				t.Fatalf("lost in flight %d, want %d", got, c.want)
 			}
 		})
@@ -221,9 +221,11 @@ func TestScheduleWindowsDoNotOverlap(t *testing.T) {
 	mysqlWorld := newWorld(Config{}.withDefaults(), BackendMySQL)
 	mysqlWorld.servers.(*mysqlServers).owned = []*testservers.MariaDB{{}, {}} // faults are built, not applied
 	redisWorld := newWorld(Config{}.withDefaults(), BackendRedis)
-	for _, w := range []*world{mysqlWorld, redisWorld} {
+	galeraWorld := newWorld(Config{}.withDefaults(), BackendGalera)
+	galeraWorld.servers.(*galeraServers).nodes = []*testservers.MariaDB{{}, {}, {}}
+	for _, w := range []*world{mysqlWorld, redisWorld, galeraWorld} {
 		fs := w.faults()
-		want := map[string]int{BackendMySQL: 13, BackendRedis: 10}[w.backend]
+		want := map[string]int{BackendMySQL: 13, BackendRedis: 10, BackendGalera: 9}[w.backend]
 		if len(fs) != want {
 			t.Errorf("%s: %d faults, want %d", w.backend, len(fs), want)
 		}
@@ -241,5 +243,44 @@ func TestScheduleWindowsDoNotOverlap(t *testing.T) {
 			seen[f.name] = true
 		}
 		t.Log(w.backend, fmt.Sprint(len(fs)), "faults")
+	}
+}
+
+// TestGaleraLayout: three nodes at offsets 1, 2, 3 of 4. Each node's blocks keep its residue, an ID of
+// the unused residue 0 lies in no block, and a start advance moves each node to its first ID above it.
+func TestGaleraLayout(t *testing.T) {
+	g := layout{servers: 3, step: 4}
+	if got := g.indexes(); len(got) != 3 || got[2] != 2 {
+		t.Fatalf("indexes %v", got)
+	}
+	for i, want := range []int64{1, 2, 3} {
+		if got := g.residue(i); got != want {
+			t.Errorf("residue(%d) = %d, want %d", i, got, want)
+		}
+	}
+	for _, c := range []struct {
+		i           int
+		start, want int64
+	}{{0, 100, 101}, {1, 100, 102}, {2, 100, 103}, {0, 101, 101}, {2, 104, 107}} {
+		if got := g.firstOf(c.i, c.start); got != c.want {
+			t.Errorf("firstOf(%d, %d) = %d, want %d", c.i, c.start, got, c.want)
+		}
+	}
+	abc := func(name string) (int, bool) {
+		i := map[string]int{"a": 0, "b": 1, "c": 2}
+		j, ok := i[name]
+		return j, ok
+	}
+	blocks := []allocator.Block{
+		{Namespace: Namespace, Server: "a", Start: 1, Step: 4, Size: 3},  // 1, 5, 9
+		{Namespace: Namespace, Server: "c", Start: 3, Step: 4, Size: 2},  // 3, 7
+		{Namespace: Namespace, Server: "b", Start: 3, Step: 4, Size: 4},  // c's residue from b
+		{Namespace: Namespace, Server: "c", Start: 11, Step: 2, Size: 5}, // another step
+	}
+	if got := g.parityViolations(blocks, abc); got != 4+5 {
+		t.Errorf("parity violations %d, want 9", got)
+	}
+	if got := g.outsideBlocks([]int64{1, 3, 4, 5, 7, 8, 9, 13}, blocks[:2]); got != 3 { // 4, 8, 13
+		t.Errorf("IDs outside the blocks %d, want 3", got)
 	}
 }

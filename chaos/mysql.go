@@ -92,6 +92,8 @@ func schemaMigrate(ctx context.Context, dsn string) ([]int, error) {
 	return schema.Migrate(ctx, db)
 }
 
+func (m *mysqlServers) layout() layout { return pairLayout }
+
 func (m *mysqlServers) addrs() []string {
 	out := make([]string, len(m.dsns))
 	for i, dsn := range m.dsns {

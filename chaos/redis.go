@@ -44,6 +44,8 @@ func (s *redisServers) start(ctx context.Context) error {
 
 func (s *redisServers) addrs() []string { return []string{s.inst[0].Addr(), s.inst[1].Addr()} }
 
+func (s *redisServers) layout() layout { return pairLayout }
+
 func (s *redisServers) open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error) {
 	var addrs []string
 	for _, e := range ends {

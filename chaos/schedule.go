@@ -77,7 +77,7 @@ func (w *world) faults() []fault {
 			revert: func(context.Context, *FaultResult) error { removeToxic(p[0][1], "reset"); return nil }}),
 		at(slotReplica, fault{name: "ticketd replica 1 restarted",
 			apply:  func(context.Context, *FaultResult) error { w.stopReplica(0); return nil },
-			revert: func(ctx context.Context, _ *FaultResult) error { return w.startReplica(ctx, 0, []int{0, 1}) }}),
+			revert: func(ctx context.Context, _ *FaultResult) error { return w.startReplica(ctx, 0, w.layout.indexes()) }}),
 		at(slotTimeouts, fault{name: "timeouts between replica 1 and server a, latency between replica 2 and server a",
 			apply: withToxics(
 				func() error { return toxic(p[0][0], "hang", "timeout", "downstream", `{"timeout":0}`) },
@@ -130,7 +130,11 @@ func (w *world) schedule(ctx context.Context) []FaultResult {
 		}
 		delete(active, i)
 		// The next fault begins with both servers in rotation everywhere, so that each is seen on its own.
-		if err := errors.Join(w.backInRotation(0), w.backInRotation(1)); err != nil {
+		var back []error
+		for _, j := range w.layout.indexes() {
+			back = append(back, w.backInRotation(j))
+		}
+		if err := errors.Join(back...); err != nil {
 			res.Error = joinErr(res.Error, "revert: "+err.Error())
 		}
 		w.log.Info("chaos: fault over", "fault", fs[i].name, "fenced_or_refused", res.FencedOrRefused, "detail", res.Detail)
@@ -209,9 +213,6 @@ type advance struct {
 	returned int
 }
 
-// firstOf is server i's first ID at or above start.
-func firstOf(i int, start int64) int64 { return start + (residue(i)-start%step+step)%step }
-
 // startAdvance kills server i, advances the namespace's start well above every counter through replica
 // 1's backend (replica 2 learns of it from the servers), and starts server i again.
 func (w *world) startAdvance(i int) fault {
@@ -240,14 +241,23 @@ func (w *world) startAdvance(i int) fault {
 			epoch := w.rec.epoch.Add(1)
 			w.mu.Lock()
 			w.advances = append(w.advances, advance{fault: name, epoch: epoch, start: ns.Start, returned: i})
-			for j := range 2 {
-				w.resets[j] = append(w.resets[j], firstOf(j, ns.Start))
+			for _, j := range w.layout.indexes() {
+				w.resets[j] = append(w.resets[j], w.layout.firstOf(j, ns.Start))
 			}
 			w.mu.Unlock()
 			res.Detail = fmt.Sprintf("start advanced to %d, %d above the highest counter", ns.Start, int64(startAdvanceBy))
 			return nil
 		},
 		revert: func(ctx context.Context, _ *FaultResult) error { return w.servers.restart(ctx, i) }}
+}
+
+// checkFrom has the blocks server i issues from now on counted for the fault named (its Checked): a
+// fault whose server must serve again shows that it did.
+func (w *world) checkFrom(fault string, i int) {
+	epoch := w.rec.epoch.Add(1)
+	w.mu.Lock()
+	w.advances = append(w.advances, advance{fault: fault, epoch: epoch, returned: i})
+	w.mu.Unlock()
 }
 
 // repairFenced waits until every running replica has fenced server i, then repairs it through one of

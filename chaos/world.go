@@ -22,10 +22,6 @@ import (
 
 const adminToken = "chaos-admin-token-0123456789"
 
-// step is the distance between two IDs of one server in every backend the run builds: two servers,
-// server i (from 0) issuing IDs ≡ i+1 (mod 2).
-const step = 2
-
 // ticketServers is one backend's two ticket servers as a run drives them, and how a replica opens the
 // backend on them.
 type ticketServers interface {
@@ -33,6 +29,8 @@ type ticketServers interface {
 	start(ctx context.Context) error
 	// addrs are the servers' host:port, server a first.
 	addrs() []string
+	// layout is how the servers split the IDs.
+	layout() layout
 	// open opens the backend a replica serves from, on the servers in the order of ends, each reached
 	// at its end's address (the replica's proxy).
 	open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error)
@@ -68,9 +66,11 @@ type world struct {
 	backend string
 	servers ticketServers
 
+	layout layout
+
 	toxi *toxiproxy.ApiServer
 	// proxies[r][i] sits between replica r and server i.
-	proxies  [2][2]*toxiproxy.Proxy
+	proxies  [2][]*toxiproxy.Proxy
 	rec      recorder
 	attempts attempts
 	degraded atomic.Bool
@@ -97,6 +97,8 @@ func newWorld(cfg Config, backend string) *world {
 		w.servers = &mysqlServers{cfg: cfg, log: w.log}
 	case BackendRedis:
 		w.servers = &redisServers{cfg: cfg, log: w.log}
+	case BackendGalera:
+		w.servers = &galeraServers{cfg: cfg, log: w.log}
 	}
 	return w
 }
@@ -110,6 +112,7 @@ func (w *world) prepare(ctx context.Context) error {
 	if err := w.servers.start(ctx); err != nil {
 		return err
 	}
+	w.layout = w.servers.layout()
 	if err := w.startProxies(); err != nil {
 		return err
 	}
@@ -121,7 +124,7 @@ func (w *world) prepare(ctx context.Context) error {
 		w.ports[r] = p
 	}
 	for r := range 2 {
-		if err := w.startReplica(ctx, r, []int{0, 1}); err != nil {
+		if err := w.startReplica(ctx, r, w.layout.indexes()); err != nil {
 			return err
 		}
 	}
@@ -185,6 +188,7 @@ func (w *world) drawn() int64 {
 func (w *world) startProxies() error {
 	w.toxi = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	for r := range 2 {
+		w.proxies[r] = make([]*toxiproxy.Proxy, len(w.servers.addrs()))
 		for i, addr := range w.servers.addrs() {
 			port, err := testservers.FreePort()
 			if err != nil {
@@ -228,8 +232,8 @@ func (w *world) close() {
 		}
 	}
 	for r := range 2 {
-		for i := range 2 {
-			if p := w.proxies[r][i]; p != nil {
+		for _, p := range w.proxies[r] {
+			if p != nil {
 				p.Stop()
 			}
 		}
@@ -319,13 +323,13 @@ func (w *world) counters(ctx context.Context) (map[int]int64, error) {
 					out[i] = s.Next
 				}
 			}
-			if len(out) == 2 {
+			if len(out) == w.layout.servers {
 				return out, nil
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("chaos: %s: could not read both servers' counters: %v", w.backend, last)
+	return nil, fmt.Errorf("chaos: %s: could not read every server's counter: %v", w.backend, last)
 }
 
 // attempts counts lease attempts on the ticket servers that failed, and failovers.

@@ -37,7 +37,7 @@ type chaosCmd struct {
 func (c *chaosCmd) noEnv() {}
 
 func (c *chaosCmd) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.backends, "backends", strings.Join(chaos.Backends, ","), "comma-separated backends to run at once, each with its own servers, replicas and clients: "+strings.Join(chaos.Backends, ", "))
+	fs.StringVar(&c.backends, "backends", strings.Join(chaos.DefaultBackends, ","), "comma-separated backends to run at once, each with its own servers, replicas and clients: "+strings.Join(chaos.Backends, ", ")+" (galera: a 3-node MariaDB Galera cluster)")
 	fs.StringVar(&c.mysql, "mysql", "", "the pair's two `DSNs`, odd server first, when the run should not start its own")
 	fs.StringVar(&c.killCmd, "kill-cmd", "", "with --mysql: shell `command` that kills server $CHAOS_SERVER (a or b)")
 	fs.StringVar(&c.startCmd, "start-cmd", "", "with --mysql: shell `command` that starts server $CHAOS_SERVER again")

@@ -229,14 +229,7 @@ func PrivatePair(t testing.TB) [2]*testservers.MariaDB {
 // testservers.StartGalera); its nodes are killed when the test ends.
 func PrivateGalera(t testing.TB) []*testservers.MariaDB {
 	t.Helper()
-	haveMariaDB(t)
-	for _, need := range []string{"rsync", "/usr/lib/galera/libgalera_smm.so"} {
-		if _, err := exec.LookPath(need); err != nil {
-			if _, serr := os.Stat(need); serr != nil {
-				missing(t, need+" (packages rsync and galera-4)")
-			}
-		}
-	}
+	RequireGalera(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	nodes, err := testservers.StartGalera(ctx, ShortTempDir(t), 3)
@@ -247,6 +240,20 @@ func PrivateGalera(t testing.TB) []*testservers.MariaDB {
 		t.Cleanup(func() { _ = m.Kill() })
 	}
 	return nodes
+}
+
+// RequireGalera fails (or skips, outside the harness) a test that starts a Galera cluster when
+// MariaDB, the galera-4 library or rsync (its state transfers) is missing.
+func RequireGalera(t testing.TB) {
+	t.Helper()
+	haveMariaDB(t)
+	for _, need := range []string{"rsync", "/usr/lib/galera/libgalera_smm.so"} {
+		if _, err := exec.LookPath(need); err != nil {
+			if _, serr := os.Stat(need); serr != nil {
+				missing(t, need+" (packages rsync and galera-4)")
+			}
+		}
+	}
 }
 
 // PrivateRedis starts a throwaway Redis of the test's own.
