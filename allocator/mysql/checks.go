@@ -38,13 +38,15 @@ func readVars(ctx context.Context, db *sql.DB) (serverVars, error) {
 // or the source it replicates from. It is state, not settings: a node's state and a cluster's size
 // change while it serves, and only decide whether the server may serve now.
 type replication struct {
-	// Galera: the cluster's state UUID and size, this node's state (Synced, Donor/Desynced, Joined…)
-	// and the cluster component's (Primary or not).
-	clusterUUID, localState, clusterStatus string
-	clusterSize                            int64
+	// Galera: the cluster's state UUID, size and members, this node's state (Synced, Donor/Desynced,
+	// Joined…) and the cluster component's (Primary or not).
+	clusterUUID, localState, clusterStatus, members string
+	clusterSize                                     int64
 	// Classic replication: the source this server replicates from, and whether its threads run.
 	source            string
 	ioRunning, sqlRun bool
+	// serverID is the server's @@server_id, and sourceID the source's (0 when not known).
+	serverID, sourceID int64
 }
 
 // readReplication reads a server's replication state. A server that may not read its replica status
@@ -53,12 +55,16 @@ func readReplication(ctx context.Context, db *sql.DB, v serverVars) (replication
 	var r replication
 	if v.galera {
 		st, err := nameValues(ctx, db, `SHOW GLOBAL STATUS WHERE Variable_name IN
-			('wsrep_cluster_state_uuid', 'wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_status')`)
+			('wsrep_cluster_state_uuid', 'wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_status', 'wsrep_incoming_addresses')`)
 		if err != nil {
 			return r, err
 		}
 		r.clusterUUID, r.localState, r.clusterStatus = st["wsrep_cluster_state_uuid"], st["wsrep_local_state_comment"], st["wsrep_cluster_status"]
+		r.members = st["wsrep_incoming_addresses"]
 		r.clusterSize, _ = strconv.ParseInt(st["wsrep_cluster_size"], 10, 64)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.server_id").Scan(&r.serverID); err != nil {
+		return r, err
 	}
 	rows, err := db.QueryContext(ctx, "SHOW REPLICA STATUS")
 	if err != nil {
@@ -96,6 +102,7 @@ func readReplication(ctx context.Context, db *sql.DB, v serverVars) (replication
 		r.source = host + ":" + pick("Source_Port", "Master_Port")
 		r.ioRunning = strings.EqualFold(pick("Replica_IO_Running", "Slave_IO_Running"), "Yes")
 		r.sqlRun = strings.EqualFold(pick("Replica_SQL_Running", "Slave_SQL_Running"), "Yes")
+		r.sourceID, _ = strconv.ParseInt(pick("Source_Server_Id", "Master_Server_Id"), 10, 64)
 	}
 	return r, nil
 }
@@ -125,10 +132,11 @@ func (r replication) replicates(v serverVars) bool { return v.galera || r.source
 func (r replication) String() string {
 	var parts []string
 	if r.clusterUUID != "" {
-		parts = append(parts, fmt.Sprintf("Galera cluster %s (%d nodes; this node %s, component %s)", short(r.clusterUUID), r.clusterSize, r.localState, r.clusterStatus))
+		parts = append(parts, fmt.Sprintf("Galera cluster %s (%d nodes: %s; this node %s, component %s)", short(r.clusterUUID), r.clusterSize, r.members, r.localState, r.clusterStatus))
 	}
 	if r.source != "" {
-		parts = append(parts, fmt.Sprintf("replica of %s (I/O thread %s, SQL thread %s)", r.source, yesNo(r.ioRunning), yesNo(r.sqlRun)))
+		parts = append(parts, fmt.Sprintf("replica of %s, server_id %d (I/O thread %s, SQL thread %s); this server's server_id %d",
+			r.source, r.sourceID, yesNo(r.ioRunning), yesNo(r.sqlRun), r.serverID))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -185,6 +188,14 @@ func TestGalera(t *testing.T) {
 			}
 			all = append(all, b)
 		}
+		d, err := Diagnose(ctx, Config{DSNs: g.dsns, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if problems := strings.Join(d.Problems, "\n"); !strings.Contains(problems, names[2]+" is a Galera node with wsrep_auto_increment_control=ON") ||
+			!strings.Contains(problems, "set wsrep_auto_increment_control=OFF") {
+			t.Fatalf("doctor on the misconfigured node: %v", d.Problems)
+		}
 	})
 
 	t.Run("DoctorNamesTheCluster", func(t *testing.T) {
@@ -199,6 +210,62 @@ func TestGalera(t *testing.T) {
 			if !strings.Contains(s.Replication, "Galera cluster") || !strings.Contains(s.Replication, "3 nodes") {
 				t.Fatalf("doctor's view of %s: replication %q", s.Name, s.Replication)
 			}
+		}
+	})
+
+	t.Run("NodeRestoredOutsideTheClusterIsFenced", func(t *testing.T) {
+		// A copy of node c's data directory, taken cold.
+		c := g.nodes[2]
+		if err := c.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		backup := c.DataDir() + ".bak"
+		if out, err := exec.Command("cp", "-a", c.DataDir(), backup).CombinedOutput(); err != nil {
+			t.Fatalf("copy: %v %s", err, out)
+		}
+		g.waitSize(t, 2)
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, allocatortest.LeaseUntil(t, names[2], func() (allocator.Block, error) { return p.LeaseFrom(ctx, "orders", 0, names[2]) })...)
+		blocks, err := allocatortest.LeaseConcurrently(p, "orders", 8, 300)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, blocks...)
+		// The copy started on its own, not as a node of the cluster: its counter went back, while the
+		// other nodes hold copies of its rows as they were.
+		if err := c.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		g.waitSize(t, 2)
+		if err := os.RemoveAll(c.DataDir()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(backup, c.DataDir()); err != nil {
+			t.Fatal(err)
+		}
+		alone, err := testservers.StartMariaDB(ctx, testservers.MariaDBOptions{Dir: filepath.Dir(c.DataDir()), Port: c.Port, Increment: 4, Offset: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = alone.Kill() })
+		for range 5 {
+			b, err := p.LeaseFrom(ctx, "orders", 0, names[2])
+			if err == nil && b.Server == names[2] {
+				t.Fatalf("the node restored outside the cluster leased %v", b)
+			}
+			if err == nil {
+				all = append(all, b)
+			}
+		}
+		allocatortest.FencedHealth(t, p, names[2]) // this process leased past the copy's counter
+		// A new process that never leased from c, with no water mark for c anywhere: the copies of c's
+		// rows on the other nodes alone fence it.
+		testenv.Exec(t, g.nodes[0].DSN("ticketd"), "DELETE FROM ticketd_watermarks WHERE peer_offset = 3")
+		p2 := openPair(t, g.dsns, func(c *Config) { c.WatermarkInterval = time.Hour })
+		if h := allocatortest.FencedHealth(t, p2, names[2]); !strings.Contains(h.Error, "copy on") {
+			t.Fatalf("fenced, but not by its rows' copies on the other nodes: %s", h.Error)
 		}
 	})
 

@@ -241,16 +241,18 @@ func (s *server) checkRows(ctx context.Context, v serverVars) error {
 	if err := s.checkSchema(ctx); err != nil {
 		return err
 	}
-	// Its own rows; and on a server that does not replicate, any other row is one made under other
-	// settings. (On one that does, the rows of the other offsets are the peers' copies.)
+	// Its own rows must match its settings. A row of another offset is a copy of a peer's row when the
+	// server replicates, or when that offset is another configured server's (a server that replicated
+	// once, restored from a backup of those days); any other row was made under other settings.
 	rows, err := s.readRows(ctx)
 	if err != nil {
 		return err
 	}
 	replicated := s.replication().replicates(v)
+	peers := s.pair.peerOffsets(s)
 	var errs []error
 	for _, r := range rows {
-		if replicated && r.offset != v.offset && r.step == v.increment {
+		if r.offset != v.offset && r.step == v.increment && (replicated || peers[r.offset]) {
 			continue
 		}
 		if r.step != v.increment || r.offset != v.offset || r.next%r.step != v.offset%v.increment {
@@ -267,6 +269,22 @@ func (s *server) checkRows(ctx context.Context, v serverVars) error {
 		return err
 	}
 	return s.pair.checkFence(ctx, s, v, marks)
+}
+
+// peerOffsets are the offsets the other servers of the set were last seen with.
+func (p *Pair) peerOffsets(s *server) map[int64]bool {
+	out := map[int64]bool{}
+	for _, o := range p.set.All() {
+		if o == s {
+			continue
+		}
+		if c := o.view(); c != nil {
+			out[c.offset] = true
+		} else if v, ok := o.vars(); ok {
+			out[v.offset] = true
+		}
+	}
+	return out
 }
 
 // checkSchema refuses a server whose schema is older than this ticketd's: without the water-mark table
