@@ -162,6 +162,9 @@ func (g *galeraServers) faults(w *world) []fault {
 				return fmt.Errorf("node %s not back in rotation in every replica within %s", label(c), healthyWithin)
 			}
 			w.checkFrom(name, c)
+			if err := w.exercise(ctx, c); err != nil {
+				return err
+			}
 			if !res.FencedOrRefused {
 				res.Detail = fmt.Sprintf("state transfer and restart in %s; back in rotation in every replica, never fenced", transfer.Round(100*time.Millisecond))
 			}

@@ -248,7 +248,39 @@ func (w *world) startAdvance(i int) fault {
 			res.Detail = fmt.Sprintf("start advanced to %d, %d above the highest counter", ns.Start, int64(startAdvanceBy))
 			return nil
 		},
-		revert: func(ctx context.Context, _ *FaultResult) error { return w.servers.restart(ctx, i) }}
+		revert: func(ctx context.Context, _ *FaultResult) error {
+			if err := w.servers.restart(ctx, i); err != nil {
+				return err
+			}
+			return w.exercise(ctx, i)
+		}}
+}
+
+// exercise leases through replica 1, preferring server i, until a block comes from i: a fault whose
+// check needs the returned server to lease gets that lease, however few the clients' own are.
+func (w *world) exercise(ctx context.Context, i int) error {
+	rep := w.replica(0)
+	if rep == nil {
+		return errors.New("replica 1 is not running")
+	}
+	var name string
+	w.mu.Lock()
+	for n, j := range w.index {
+		if j == i {
+			name = n
+		}
+	}
+	w.mu.Unlock()
+	b := w.rec.wrap(rep.backend)
+	var last error
+	if waitUntil(healthyWithin, func() bool {
+		blk, err := b.LeaseFrom(ctx, Namespace, 0, name)
+		last = err
+		return err == nil && blk.Server == name
+	}) {
+		return nil
+	}
+	return fmt.Errorf("server %s leased nothing within %s: %v", label(i), healthyWithin, last)
 }
 
 // checkFrom has the blocks server i issues from now on counted for the fault named (its Checked): a

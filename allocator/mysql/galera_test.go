@@ -213,6 +213,32 @@ func TestGalera(t *testing.T) {
 		}
 	})
 
+	t.Run("StartAdvancedWhileANodeIsDownRaisesItsRowWhenItReturns", func(t *testing.T) {
+		// Node b's row is written only by b: its peers replicate it but never change it. So the node
+		// itself raises it when it is checked on its return, before any lease.
+		if err := g.nodes[1].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		const start = 5_000_000_000
+		if _, err := p.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", Start: start}); err != nil {
+			t.Fatal(err)
+		}
+		g.waitSize(t, 2)
+		if err := g.nodes[1].Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "node b back in rotation", func() bool { return healthOf(p, names[1]).Healthy })
+		ns, err := p.Namespace(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range ns.Servers {
+			if st.Next < start {
+				t.Fatalf("%s's counter is %d after the start was advanced to %d: %+v", st.Server, st.Next, start, ns.Servers)
+			}
+		}
+	})
+
 	t.Run("NodeRestoredOutsideTheClusterIsFenced", func(t *testing.T) {
 		// A copy of node c's data directory, taken cold.
 		c := g.nodes[2]

@@ -265,7 +265,13 @@ func (s *server) checkRows(ctx context.Context, v serverVars) error {
 		return err
 	}
 	marks := s.pair.peerMarks(ctx, s, v.offset)
-	if err := s.catchUp(ctx, v, rows, marks); err != nil {
+	own := rows[:0:0]
+	for _, r := range rows {
+		if r.offset == v.offset {
+			own = append(own, r)
+		}
+	}
+	if err := s.catchUp(ctx, v, own, marks); err != nil {
 		return err
 	}
 	return s.pair.checkFence(ctx, s, v, marks)
