@@ -264,13 +264,11 @@ func (w *world) exercise(ctx context.Context, i int) error {
 		return errors.New("replica 1 is not running")
 	}
 	var name string
-	w.mu.Lock()
-	for n, j := range w.index {
-		if j == i {
+	for _, n := range rep.backend.Servers() { // the name replica 1 gives server i (Redis: its proxy's address)
+		if j, ok := w.indexOf(n); ok && j == i {
 			name = n
 		}
 	}
-	w.mu.Unlock()
 	b := w.rec.wrap(rep.backend)
 	var last error
 	if waitUntil(healthyWithin, func() bool {
