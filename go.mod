@@ -11,6 +11,7 @@ require (
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/rs/zerolog v1.28.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
