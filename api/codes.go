@@ -1,30 +1,38 @@
 package api
 
+import (
+	"errors"
+	"fmt"
+)
+
 // Error codes: the "code" of an error answer. Each comes with one HTTP status; a client may switch on
 // either. The server's error table is the one place that pairs allocator errors with them.
 const (
-	CodeInvalidNamespace = "invalid_namespace"   // 400: the name does not match ^[a-z0-9][a-z0-9_.-]{0,63}$
-	CodeInvalidSize      = "invalid_size"        // 400: size below 1 or above the namespace's max_block_size
-	CodeInvalidCount     = "invalid_count"       // 400: ?count= not a whole number in 1..10000
-	CodeInvalidSettings  = "invalid_settings"    // 400: namespace settings out of range
-	CodeInvalidJSON      = "invalid_json"        // 400: the body is not the JSON object expected
-	CodeUnknownField     = "unknown_field"       // 400: the body has a field the endpoint does not take
-	CodeUnknownParameter = "unknown_parameter"   // 400: the query has a parameter the endpoint does not take
-	CodeMissingToken     = "missing_token"       // 401: no "Authorization: Bearer TOKEN" header
-	CodeInvalidToken     = "invalid_token"       // 401: a token that is not configured
-	CodeForbidden        = "forbidden"           // 403: the token is another namespace's, or not the admin's
-	CodeNotFound         = "namespace_not_found" // 404
-	CodeRouteNotFound    = "route_not_found"     // 404: no such endpoint
-	CodeMethodNotAllowed = "method_not_allowed"  // 405
-	CodeExists           = "namespace_exists"    // 409
-	CodeExhausted        = "id_space_exhausted"  // 409: the namespace's counters would pass 2^63-1
-	CodeBodyTooLarge     = "body_too_large"      // 413: the body is over MaxBodyBytes
-	CodeRateLimited      = "rate_limited"        // 429: too many requests for this token; see Retry-After
-	CodeInternal         = "internal"            // 500
-	CodeMisconfigured    = "misconfigured"       // 500: a ticket server's settings could issue duplicates
-	CodeUnavailable      = "unavailable"         // 503: no ticket server usable; see Retry-After
-	CodeShuttingDown     = "shutting_down"       // 503: the server is stopping; try another replica
-	CodeNotReady         = "not_ready"           // 503 from /readyz
+	CodeInvalidNamespace = "invalid_namespace"      // 400: the name does not match ^[a-z0-9][a-z0-9_.-]{0,63}$
+	CodeInvalidSize      = "invalid_size"           // 400: size below 1 or above the namespace's max_block_size
+	CodeInvalidCount     = "invalid_count"          // 400: ?count= not a whole number in 1..10000
+	CodeInvalidSettings  = "invalid_settings"       // 400: namespace settings out of range
+	CodeInvalidJSON      = "invalid_json"           // 400: the body is not the JSON object expected
+	CodeUnknownField     = "unknown_field"          // 400: the body has a field the endpoint does not take
+	CodeUnknownParameter = "unknown_parameter"      // 400: the query has a parameter the endpoint does not take
+	CodeMissingToken     = "missing_token"          // 401: no "Authorization: Bearer TOKEN" header
+	CodeInvalidToken     = "invalid_token"          // 401: a token that is not configured
+	CodeForbidden        = "forbidden"              // 403: the token is another namespace's, or not the admin's
+	CodeForeignHost      = "foreign_host"           // 403 without authentication: the Host is not a loopback name or address
+	CodeCrossSite        = "cross_site"             // 403 without authentication: a foreign Origin or a cross-site browser request
+	CodeNotJSON          = "unsupported_media_type" // 415 without authentication: a state-changing request not sent as application/json
+	CodeNotFound         = "namespace_not_found"    // 404
+	CodeRouteNotFound    = "route_not_found"        // 404: no such endpoint
+	CodeMethodNotAllowed = "method_not_allowed"     // 405
+	CodeExists           = "namespace_exists"       // 409
+	CodeExhausted        = "id_space_exhausted"     // 409: the namespace's counters would pass 2^63-1
+	CodeBodyTooLarge     = "body_too_large"         // 413: the body is over MaxBodyBytes
+	CodeRateLimited      = "rate_limited"           // 429: too many requests for this token, or failed logins from this address; see Retry-After
+	CodeInternal         = "internal"               // 500
+	CodeMisconfigured    = "misconfigured"          // 500: a ticket server's settings could issue duplicates
+	CodeUnavailable      = "unavailable"            // 503: no ticket server usable; see Retry-After
+	CodeShuttingDown     = "shutting_down"          // 503: the server is stopping; try another replica
+	CodeNotReady         = "not_ready"              // 503 from /readyz
 )
 
 // Limits of API v1.
@@ -35,13 +43,40 @@ const (
 	MaxIDsCount = 10_000
 	// MinTokenLength is the shortest bearer token a server accepts: shorter ones are too easy to guess.
 	MinTokenLength = 16
+	// MinTokenDistinct is the fewest distinct characters a token may have: "aaaa…" or "abab…" is long
+	// but guessable. (A random token of 16 hex digits has fewer about never.)
+	MinTokenDistinct = 5
 )
+
+// CheckToken says what is wrong with a secret given as a bearer token: too short, too few distinct
+// characters, or a character that is not printable ASCII, a space or a comma. Its messages never contain
+// the token.
+func CheckToken(tok string) error {
+	if len(tok) < MinTokenLength {
+		return fmt.Errorf("a token must be at least %d characters", MinTokenLength)
+	}
+	var seen [128]bool
+	distinct := 0
+	for i := 0; i < len(tok); i++ {
+		ch := tok[i]
+		if ch <= ' ' || ch > '~' || ch == ',' {
+			return errors.New("a token must be printable ASCII without spaces or commas")
+		}
+		if !seen[ch] {
+			seen[ch], distinct = true, distinct+1
+		}
+	}
+	if distinct < MinTokenDistinct {
+		return fmt.Errorf("a token must have at least %d distinct characters; make one with: openssl rand -hex 32", MinTokenDistinct)
+	}
+	return nil
+}
 
 // Readiness is the answer to GET /readyz: 200 when at least one ticket server is usable, else 503
 // with Error set.
 type Readiness struct {
 	Ready   bool           `json:"ready"`
-	Servers []ServerStatus `json:"servers"`
+	Servers []ServerStatus `json:"servers,omitempty"` // for the admin only
 	Error   *ErrorBody     `json:"error,omitempty"`
 }
 

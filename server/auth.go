@@ -26,35 +26,37 @@ type NamespaceToken struct {
 }
 
 // Auth says who may call the API. The admin token works on every route; a namespace token only on its
-// namespace's lease and read routes. Tokens are compared in constant time and never logged.
+// namespace's lease and read routes; the metrics token only on /metrics. Tokens are compared in constant
+// time and never logged.
 type Auth struct {
 	// Admin is the admin token; empty means none.
 	Admin string
 	// Tokens are per-namespace tokens. A namespace may have several (to rotate them).
 	Tokens []NamespaceToken
-	// Disabled turns authentication off: every caller is admin. For local development only.
+	// Metrics is a token for /metrics alone, for a Prometheus scraper; empty means none.
+	Metrics string
+	// Disabled turns authentication off: every caller is admin. For local development only: the
+	// server then answers only requests whose Host is a loopback name or address, and refuses
+	// state-changing requests that a web page could send (not application/json, a foreign Origin), so
+	// that a site the developer visits cannot drive it.
 	Disabled bool
+	// AnyHost, with Disabled, answers requests for any Host: the server is open beyond this machine on
+	// purpose (ticketd serve --insecure-public-no-auth).
+	AnyHost bool
 }
 
-func validToken(tok string) error {
-	if len(tok) < MinTokenLength {
-		return fmt.Errorf("a token must be at least %d characters", MinTokenLength)
-	}
-	for i := 0; i < len(tok); i++ {
-		if tok[i] <= ' ' || tok[i] > '~' || tok[i] == ',' {
-			return errors.New("a token must be printable ASCII without spaces or commas")
-		}
-	}
-	return nil
-}
+func validToken(tok string) error { return api.CheckToken(tok) }
 
 // Validate checks the tokens; its messages never contain a token.
 func (a Auth) Validate() error {
 	if a.Disabled {
-		if a.Admin != "" || len(a.Tokens) > 0 {
+		if a.Admin != "" || len(a.Tokens) > 0 || a.Metrics != "" {
 			return errors.New("authentication is disabled but tokens are configured; give one or the other")
 		}
 		return nil
+	}
+	if a.AnyHost {
+		return errors.New("AnyHost is for a server without authentication; with tokens every Host is answered")
 	}
 	if a.Admin == "" && len(a.Tokens) == 0 {
 		return errors.New("no token configured: give an admin token or namespace tokens, or disable authentication for local development")
@@ -65,6 +67,16 @@ func (a Auth) Validate() error {
 			return fmt.Errorf("admin token: %w", err)
 		}
 		seen[sha256.Sum256([]byte(a.Admin))] = "the admin"
+	}
+	if a.Metrics != "" {
+		if err := validToken(a.Metrics); err != nil {
+			return fmt.Errorf("metrics token: %w", err)
+		}
+		d := sha256.Sum256([]byte(a.Metrics))
+		if _, dup := seen[d]; dup {
+			return errors.New("the metrics token is also the admin token; give each its own")
+		}
+		seen[d] = "the metrics"
 	}
 	for _, t := range a.Tokens {
 		if err := allocator.ValidateName(t.Namespace); err != nil {
@@ -83,8 +95,8 @@ func (a Auth) Validate() error {
 }
 
 func possessive(who string) string {
-	if who == "the admin" {
-		return "the admin's"
+	if who == "the admin" || who == "the metrics" {
+		return who + "'s"
 	}
 	return fmt.Sprintf("namespace %q's", who)
 }
@@ -112,8 +124,10 @@ func parseToken(s string) (NamespaceToken, error) {
 		return NamespaceToken{}, errors.New("want NAMESPACE=TOKEN")
 	}
 	t := NamespaceToken{Namespace: strings.TrimSpace(ns), Token: strings.TrimSpace(tok)}
-	if err := allocator.ValidateName(t.Namespace); err != nil {
-		return NamespaceToken{}, err
+	if allocator.ValidateName(t.Namespace) != nil {
+		// Not quoted: a token given without its "NS=" (one with an '=' of its own, as base64 has)
+		// would be quoted here as the name.
+		return NamespaceToken{}, fmt.Errorf("%w: what stands before '=' is no namespace name (names match ^[a-z0-9][a-z0-9_.-]{0,63}$); want NAMESPACE=TOKEN", allocator.ErrInvalidNamespace)
 	}
 	if err := validToken(t.Token); err != nil {
 		return NamespaceToken{}, err
@@ -143,6 +157,7 @@ func ParseTokenFile(r io.Reader) ([]NamespaceToken, error) {
 // identity is who a request comes from.
 type identity struct {
 	admin     bool
+	metrics   bool   // the metrics token
 	namespace string // for a namespace token
 	// key names the caller for rate limiting: "admin", "ns:NAME#i", or "ip:ADDR" without auth.
 	key string
@@ -164,6 +179,9 @@ func newAuthenticator(a Auth) *authenticator {
 	out := &authenticator{disabled: a.Disabled}
 	if a.Admin != "" {
 		out.creds = append(out.creds, credential{digest: sha256.Sum256([]byte(a.Admin)), id: identity{admin: true, key: "admin"}})
+	}
+	if a.Metrics != "" {
+		out.creds = append(out.creds, credential{digest: sha256.Sum256([]byte(a.Metrics)), id: identity{metrics: true, key: "metrics"}})
 	}
 	for i, t := range a.Tokens {
 		out.creds = append(out.creds, credential{digest: sha256.Sum256([]byte(t.Token)),
@@ -197,7 +215,9 @@ func bearer(h string) (string, bool) {
 	return tok, tok != ""
 }
 
-// identify authenticates the caller of a /v1 route: 401 without a (known) token.
+// identify authenticates the caller of a route that takes a token: 401 without a (known) token. A
+// client address that sent too many wrong or malformed tokens is answered 429 before its token is
+// looked at, so that guessing goes no faster than AuthFailureRate.
 func (s *Server) identify(c echo.Context) (identity, error) {
 	if s.auth.disabled {
 		return identity{admin: true, key: "ip:" + c.RealIP()}, nil
@@ -206,15 +226,33 @@ func (s *Server) identify(c echo.Context) (identity, error) {
 	if h == "" {
 		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `send "Authorization: Bearer TOKEN" with a namespace or admin token`)
 	}
+	source := c.RealIP()
+	if blocked, wait := s.failures.Empty(source); blocked {
+		s.metrics.observeAuthFailure(true)
+		return identity{}, tooMany(wait, "too many requests with a wrong token from this client address; retry after the Retry-After delay")
+	}
 	tok, ok := bearer(h)
 	if !ok {
+		s.failedLogin(c, source, "malformed")
 		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `the Authorization header must be "Bearer TOKEN"`)
 	}
 	id, ok := s.auth.lookup(tok)
 	if !ok {
+		s.failedLogin(c, source, "unknown token")
 		return identity{}, errorf(http.StatusUnauthorized, api.CodeInvalidToken, "the token is not one this server accepts")
 	}
 	return id, nil
+}
+
+// failedLogin counts a wrong or malformed token from source, and logs it at the 1st, 2nd, 4th, 8th, …
+// failure from that address: enough to see a guesser, never a line per guess. The token is not logged.
+func (s *Server) failedLogin(c echo.Context, source, what string) {
+	_, _, n := s.failures.Take(source)
+	s.metrics.observeAuthFailure(false)
+	if n&(n-1) == 0 {
+		s.logger.Warn("failed login: "+what, "remote", source, "failures", n, "method", c.Request().Method,
+			"route", routeOf(c), "request_id", requestID(c))
+	}
 }
 
 // authorize allows the admin and the namespace's own tokens.

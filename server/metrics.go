@@ -27,6 +27,8 @@ type Metrics struct {
 	failovers    *prometheus.CounterVec
 	fetches      *prometheus.CounterVec
 	stalls       *prometheus.CounterVec
+	authFailures prometheus.Counter
+	authRefused  prometheus.Counter
 
 	// Label lookups cost a hash and a map access; the hot path keeps the children it has seen.
 	mu       sync.RWMutex
@@ -85,6 +87,12 @@ func NewMetrics() *Metrics {
 		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_stalls_total", Help: "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).",
 		}, []string{"namespace"}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ticketd_auth_failures_total", Help: "Requests with a wrong or malformed token (the server log names the client addresses).",
+		}),
+		authRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ticketd_auth_refused_total", Help: "Requests with a token refused 429, unread, because their client address sent too many wrong ones.",
+		}),
 		reqChild: map[reqKey]prometheus.Counter{},
 		durChild: map[string]prometheus.Observer{},
 		idsChild: map[string]nsCounters{},
@@ -92,6 +100,7 @@ func NewMetrics() *Metrics {
 		latency:  map[string]*latencyWindow{},
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches, m.stalls,
+		m.authFailures, m.authRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -206,6 +215,15 @@ func (m *Metrics) observeFetch(namespace string, err error) {
 }
 
 func (m *Metrics) observeStall(namespace string) { m.stalls.WithLabelValues(namespace).Inc() }
+
+// observeAuthFailure counts a wrong token, or (refused) a request turned away for too many of them.
+func (m *Metrics) observeAuthFailure(refused bool) {
+	if refused {
+		m.authRefused.Inc()
+	} else {
+		m.authFailures.Inc()
+	}
+}
 
 // stateCollector reports, at each scrape, ticket server health and the cache's segments.
 type stateCollector struct {

@@ -32,7 +32,7 @@ var errorCodes = []string{api.CodeInvalidNamespace, api.CodeInvalidSize, api.Cod
 	api.CodeInvalidJSON, api.CodeUnknownField, api.CodeUnknownParameter, api.CodeMissingToken, api.CodeInvalidToken,
 	api.CodeForbidden, api.CodeNotFound, api.CodeRouteNotFound, api.CodeMethodNotAllowed, api.CodeExists,
 	api.CodeExhausted, api.CodeBodyTooLarge, api.CodeRateLimited, api.CodeInternal, api.CodeMisconfigured,
-	api.CodeUnavailable, api.CodeShuttingDown, api.CodeNotReady}
+	api.CodeUnavailable, api.CodeShuttingDown, api.CodeNotReady, api.CodeForeignHost, api.CodeCrossSite, api.CodeNotJSON}
 
 // TestOpenAPIMatchesRoutes keeps openapi.json in step with the routes: every route is documented,
 // every documented operation is a route, and the error codes are exactly those the server sends.

@@ -34,6 +34,9 @@ const rotatedOrdersTok = "orders-token-rotated-0123456789"
 func TestAuthMatrix(t *testing.T) {
 	type creds struct{ none, malformed, wrong, own, rotated, other, admin int }
 	public := creds{200, 200, 200, 200, 200, 200, 200}
+	// /readyz answers anyone (the admin with each server's state), but a token it does not know is
+	// refused as anywhere else.
+	readiness := creds{200, 401, 401, 200, 200, 200, 200}
 	nsRoute := creds{401, 401, 401, 200, 200, 403, 200}
 	adminRoute := creds{401, 401, 401, 403, 403, 403, 200}
 	routes := map[string]struct {
@@ -47,8 +50,8 @@ func TestAuthMatrix(t *testing.T) {
 		"GET /v1/namespaces":             {"/v1/namespaces", "", adminRoute},
 		"GET /":                          {"/", "", adminRoute},
 		"GET /healthz":                   {"/healthz", "", public},
-		"GET /readyz":                    {"/readyz", "", public},
-		"GET /metrics":                   {"/metrics", "", public},
+		"GET /readyz":                    {"/readyz", "", readiness},
+		"GET /metrics":                   {"/metrics", "", adminRoute},
 		"GET /openapi.json":              {"/openapi.json", "", public},
 	}
 	s := newTestServer(t, func(c *Config) {
@@ -183,7 +186,11 @@ func TestTokenComparisonIsConstantTime(t *testing.T) {
 // the log, the answers and their headers.
 func TestTokensAreNeverLogged(t *testing.T) {
 	clk := newClock() // stands still: the rate limit's buckets do not refill
-	s := newTestServer(t, func(c *Config) { c.AccessLog, c.now = true, clk.Now; c.RateLimit, c.RateBurst = 1, 40 })
+	s := newTestServer(t, func(c *Config) {
+		c.AccessLog, c.now = true, clk.Now
+		c.RateLimit, c.RateBurst = 1, 40
+		c.AuthFailureBurst = 1000 // every wrong token is answered 401 and logged; none is turned away unread
+	})
 	wrong := []string{"wrong-token-0123456789", adminTok + "x", ordersTok[:len(ordersTok)-1], strings.ToUpper(linksTok)}
 	all := append([]string{adminTok, ordersTok, linksTok}, wrong...)
 	var answers strings.Builder
@@ -406,7 +413,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	if after := fmt.Sprint(s.fake.counters()); after != before || s.fake.leases.Load() != leases {
 		t.Fatalf("a slow client's request moved the counters: %s → %s", before, after)
 	}
-	metrics := s.do(t, request{method: "GET", path: "/metrics"}).Body.String()
+	metrics := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
 	if regexp.MustCompile(`ticketd_http_requests_total\{[^}]*status="200"\} [1-9]`).MatchString(metrics) {
 		t.Fatal("a slow client's request was answered 200")
 	}
@@ -465,6 +472,7 @@ func TestRateLimitRetryAfter(t *testing.T) {
 	open := newTestServer(t, func(c *Config) { c.now = clk.Now; c.Auth = Auth{Disabled: true}; c.RateLimit, c.RateBurst = 0.5, 1 })
 	from := func(addr, forwarded string) int {
 		req := httptest.NewRequest("GET", "/v1/namespaces/orders", nil)
+		req.Host = "127.0.0.1:8080"
 		req.RemoteAddr = addr
 		req.Header.Set("X-Forwarded-For", forwarded)
 		w := httptest.NewRecorder()

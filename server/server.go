@@ -21,9 +21,11 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/net/netutil"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/ratelimit"
 )
 
 // Config configures a Server. The zero value of each field means its default.
@@ -43,6 +45,13 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is how many requests a token may send at once. Default max(1, RateLimit).
 	RateBurst int
+	// AuthFailureBurst is how many requests with a wrong or malformed token one client address may
+	// send before every request with a token from it is answered 429; AuthFailureRate is how many a
+	// second it may send after that. Defaults 30 and 0.1 (six a minute).
+	AuthFailureBurst int
+	AuthFailureRate  float64
+	// MaxConns bounds the connections open at once; past it, new ones wait to be accepted. Default 4096.
+	MaxConns int
 	// Logger receives JSON-friendly structured logs; request lines carry "request_id". Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -59,10 +68,12 @@ type Config struct {
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds a graceful shutdown. Default 30s.
 	ShutdownTimeout time.Duration
-	// TLSCertFile and TLSKeyFile, when both set, make Serve speak HTTPS (TLS 1.2 or later).
+	// TLSCertFile and TLSKeyFile, when both set, make Serve speak HTTPS: TLS 1.3, or TLS 1.2 with
+	// forward-secret AEAD cipher suites only.
 	TLSCertFile, TLSKeyFile string
 
-	now func() time.Time
+	now      func() time.Time
+	rateKeys int // keys each limiter tracks; default ratelimit.DefaultKeys
 }
 
 func (c Config) withDefaults() Config {
@@ -90,6 +101,15 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.AuthFailureBurst <= 0 {
+		c.AuthFailureBurst = 30
+	}
+	if c.AuthFailureRate <= 0 {
+		c.AuthFailureRate = 0.1
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 4096
+	}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -102,15 +122,16 @@ func (c Config) withDefaults() Config {
 
 // Server is the HTTP API. Safe for concurrent use; Close it after Serve returns.
 type Server struct {
-	cfg     Config
-	backend allocator.Backend
-	health  allocator.HealthReporter // nil when the backend does not report health
-	e       *echo.Echo
-	cache   *segmentCache // nil when disabled
-	auth    *authenticator
-	limiter *limiter // nil without a rate limit
-	metrics *Metrics
-	logger  *slog.Logger
+	cfg      Config
+	backend  allocator.Backend
+	health   allocator.HealthReporter // nil when the backend does not report health
+	e        *echo.Echo
+	cache    *segmentCache // nil when disabled
+	auth     *authenticator
+	limiter  *ratelimit.Limiter // per caller; nil without a rate limit
+	failures *ratelimit.Limiter // failed logins per client address
+	metrics  *Metrics
+	logger   *slog.Logger
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -143,8 +164,9 @@ func New(cfg Config) (*Server, error) {
 		s.cache = newSegmentCache(cfg.Cache, cfg.Backend, cfg.Metrics, cfg.Logger, cfg.now)
 	}
 	if cfg.RateLimit > 0 {
-		s.limiter = newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.now)
+		s.limiter = ratelimit.New(cfg.RateLimit, cfg.RateBurst, cfg.rateKeys, cfg.now)
 	}
+	s.failures = ratelimit.New(cfg.AuthFailureRate, cfg.AuthFailureBurst, cfg.rateKeys, cfg.now)
 	if err := cfg.Metrics.reg.Register(newStateCollector(s.health, s.cache)); err != nil {
 		s.closeCache()
 		return nil, fmt.Errorf("server: metrics: %w (give each Server its own Metrics)", err)
@@ -161,9 +183,12 @@ func (s *Server) routes() *echo.Echo {
 	// The peer's address, never X-Forwarded-For: a client must not pick the rate-limit bucket it uses.
 	e.IPExtractor = echo.ExtractIPDirect()
 	e.Use(s.observe)
+	if s.auth.disabled && !s.cfg.Auth.AnyHost {
+		e.Use(s.guardOpen)
+	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
+	e.GET("/metrics", s.authenticated(s.metricsRoute))
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/", s.v1(s.statusRoute))
 	e.POST("/v1/namespaces/:ns/blocks", s.v1(s.postBlock))
@@ -188,6 +213,18 @@ func (s *Server) v1(h func(echo.Context, identity) error) echo.HandlerFunc {
 			if err := s.checkRate(id); err != nil {
 				return err
 			}
+		}
+		return h(c, id)
+	}
+}
+
+// authenticated wraps a handler that needs a token but no rate limit (/metrics: a scraper's pace is
+// its operator's).
+func (s *Server) authenticated(h func(echo.Context, identity) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := s.identify(c)
+		if err != nil {
+			return err
 		}
 		return h(c, id)
 	}
@@ -224,8 +261,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	tlsOn := s.cfg.TLSCertFile != ""
 	if tlsOn {
-		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		hs.TLSConfig = tlsConfig()
 	}
+	ln = netutil.LimitListener(ln, s.cfg.MaxConns)
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -300,7 +338,12 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !validRequestID(id) {
 			id = s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
 		}
-		c.Response().Header()[echo.HeaderXRequestID] = []string{id} // the key is canonical already
+		h := c.Response().Header()
+		h[echo.HeaderXRequestID] = []string{id} // the keys are canonical already
+		// No answer is to be cached (GET /ids hands out new IDs each time) or read as anything but its
+		// own type.
+		h["Cache-Control"] = noStore
+		h["X-Content-Type-Options"] = noSniff
 		err := func() (err error) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -492,8 +535,12 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSONBlob(http.StatusOK, []byte(`{"status":"ok"}`))
 }
 
-// readyz is 200 while at least one ticket server is usable and the server is not shutting down.
-// clipReason bounds a server's error for /readyz, which anyone may read.
+var (
+	noStore = []string{"no-store"}
+	noSniff = []string{"nosniff"}
+)
+
+// clipReason bounds a server's error for /readyz.
 func clipReason(s string) string {
 	const max = 500
 	if len(s) <= max {
@@ -502,17 +549,32 @@ func clipReason(s string) string {
 	return strings.ToValidUTF8(s[:max], "") + "…"
 }
 
+// readyz is 200 while at least one ticket server is usable and the server is not shutting down. Anyone
+// may ask, so only the admin (a caller with the admin token, or anyone without authentication) is told
+// each ticket server's name, health and reason; others get the bare status. A token that is not one
+// this server accepts is refused like on any other route.
 func (s *Server) readyz(c echo.Context) error {
-	out := api.Readiness{Servers: []api.ServerStatus{}}
+	var caller identity
+	if s.auth.disabled || c.Request().Header.Get(echo.HeaderAuthorization) != "" {
+		id, err := s.identify(c)
+		if err != nil {
+			return err
+		}
+		caller = id
+	}
+	out := api.Readiness{}
 	usable := s.health == nil
 	if s.health != nil {
 		for _, h := range s.health.Health() {
+			usable = usable || h.Healthy
+			if !caller.admin {
+				continue
+			}
 			st := api.ServerStatus{Name: h.Name, Healthy: h.Healthy, Fenced: h.Fenced}
 			if !h.Healthy {
 				st.Reason = clipReason(h.Error)
 			}
 			out.Servers = append(out.Servers, st)
-			usable = usable || h.Healthy
 		}
 	}
 	switch {
@@ -526,6 +588,30 @@ func (s *Server) readyz(c echo.Context) error {
 	}
 	c.Response().Header().Set("Retry-After", "1")
 	return c.JSON(http.StatusServiceUnavailable, out)
+}
+
+// metricsRoute serves the Prometheus metrics to the admin and to the metrics token: they name every
+// namespace and ticket server.
+func (s *Server) metricsRoute(c echo.Context, caller identity) error {
+	if !caller.admin && !caller.metrics {
+		return errorf(http.StatusForbidden, api.CodeForbidden, "/metrics needs the admin token or the metrics token")
+	}
+	s.metrics.Handler().ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// MetricsHandler serves the metrics without a token, for a listener of their own that only the
+// scraper reaches (ticketd serve --metrics-listen).
+func (s *Server) MetricsHandler() http.Handler { return s.metrics.Handler() }
+
+// tlsConfig accepts TLS 1.3, and TLS 1.2 with ECDHE key exchange and AEAD ciphers only (no CBC, no
+// RSA key exchange). TLS 1.3's suites are all AEAD and not configurable.
+func tlsConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	}}
 }
 
 //go:embed openapi.json

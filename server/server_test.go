@@ -112,10 +112,19 @@ type request struct {
 func (s *testServer) do(t *testing.T, r request) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(r.method, r.path, strings.NewReader(r.body))
+	// As the SDK and a local curl send them: a loopback Host, and JSON on the methods with a body.
+	req.Host = "127.0.0.1:8080"
+	if r.method != "GET" && r.method != "HEAD" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if r.token != "" {
 		req.Header.Set("Authorization", "Bearer "+r.token)
 	}
 	for k, v := range r.header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	w := httptest.NewRecorder()
@@ -472,7 +481,7 @@ func TestCreateOnLease(t *testing.T) {
 
 func TestNoAuth(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.Auth = Auth{Disabled: true}; c.CreateOnLease = true })
-	if w := s.do(t, request{method: "POST", path: "/v1/namespaces/demo/blocks", body: `{"size":10}`, header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}); w.Code != 200 {
+	if w := s.do(t, request{method: "POST", path: "/v1/namespaces/demo/blocks", body: `{"size":10}`}); w.Code != 200 {
 		t.Fatalf("%d %s", w.Code, w.Body.String())
 	}
 	if w := s.do(t, request{method: "GET", path: "/v1/namespaces"}); w.Code != 200 {
@@ -607,21 +616,21 @@ func TestHealthAndReadiness(t *testing.T) {
 	if w := s.do(t, request{method: "GET", path: "/healthz"}); w.Code != 200 || w.Body.String() != `{"status":"ok"}` {
 		t.Fatalf("healthz %d %s", w.Code, w.Body.String())
 	}
-	r := decode[api.Readiness](t, s.do(t, request{method: "GET", path: "/readyz"}))
+	r := decode[api.Readiness](t, s.do(t, request{method: "GET", path: "/readyz", token: adminTok}))
 	if !r.Ready || len(r.Servers) != 2 {
 		t.Fatalf("readyz %+v", r)
 	}
 	s.fake.fence("a", "a's counter for orders is below b's water mark; run ticketd repair orders --server a")
-	w := s.do(t, request{method: "GET", path: "/readyz"})
+	w := s.do(t, request{method: "GET", path: "/readyz", token: adminTok})
 	r = decode[api.Readiness](t, w)
 	if w.Code != 200 || !r.Ready || !r.Servers[0].Fenced || r.Servers[0].Healthy || !strings.Contains(r.Servers[0].Reason, "ticketd repair") || r.Servers[1].Reason != "" {
 		t.Fatalf("one server fenced: %d %s", w.Code, w.Body.String())
 	}
-	if m := s.do(t, request{method: "GET", path: "/metrics"}).Body.String(); !strings.Contains(m, `ticketd_ticket_server_fenced{server="a"} 1`) || !strings.Contains(m, `ticketd_ticket_server_fenced{server="b"} 0`) {
+	if m := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String(); !strings.Contains(m, `ticketd_ticket_server_fenced{server="a"} 1`) || !strings.Contains(m, `ticketd_ticket_server_fenced{server="b"} 0`) {
 		t.Fatalf("metrics do not say which server is fenced")
 	}
 	s.fake.setHealthy("b", false)
-	w = s.do(t, request{method: "GET", path: "/readyz"})
+	w = s.do(t, request{method: "GET", path: "/readyz", token: adminTok})
 	r = decode[api.Readiness](t, w)
 	if w.Code != 503 || r.Ready || r.Error == nil || r.Error.Code != api.CodeNotReady || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("both down: %d %s", w.Code, w.Body.String())
@@ -641,7 +650,7 @@ func TestMetrics(t *testing.T) {
 	s.metrics.ObserveFailover("b")
 	s.fake.setHealthy("b", false)
 	waitIdle(t, s.Server)
-	body := s.do(t, request{method: "GET", path: "/metrics"}).Body.String()
+	body := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
 	for _, want := range []string{
 		`ticketd_http_requests_total{method="POST",route="/v1/namespaces/:ns/blocks",status="200"} 4`,
 		`ticketd_http_requests_total{method="POST",route="/v1/namespaces/:ns/blocks",status="403"} 1`,

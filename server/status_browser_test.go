@@ -96,6 +96,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	call := func(method, path, body string, want int) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
