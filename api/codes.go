@@ -49,7 +49,7 @@ const (
 )
 
 // CheckToken says what is wrong with a secret given as a bearer token: too short, too few distinct
-// characters, or a character that is not printable ASCII, a space or a comma. Its messages never contain
+// characters, a shorter string repeated, or a character that is not printable ASCII, a space or a comma. Its messages never contain
 // the token.
 func CheckToken(tok string) error {
 	if len(tok) < MinTokenLength {
@@ -69,7 +69,21 @@ func CheckToken(tok string) error {
 	if distinct < MinTokenDistinct {
 		return fmt.Errorf("a token must have at least %d distinct characters; make one with: openssl rand -hex 32", MinTokenDistinct)
 	}
+	if p := period(tok); p > 0 {
+		return fmt.Errorf("a token must not be a string of %d characters repeated; make one with: openssl rand -hex 32", p)
+	}
 	return nil
+}
+
+// period returns the length of the shortest string whose repetitions make s ("abcabcab": 3), or 0
+// when s repeats none shorter than half of it.
+func period(s string) int {
+	for p := 1; p <= len(s)/2; p++ {
+		if s[p:] == s[:len(s)-p] {
+			return p
+		}
+	}
+	return 0
 }
 
 // Readiness is the answer to GET /readyz: 200 when at least one ticket server is usable, else 503

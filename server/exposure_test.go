@@ -370,17 +370,17 @@ func TestOpenConnectionsAreCapped(t *testing.T) {
 	}
 }
 
-// TestTokensNeedDistinctCharacters: a long token of few distinct characters is refused, and the
-// message does not quote it.
+// TestTokensNeedDistinctCharacters: a long token of few distinct characters, or a shorter string
+// repeated, is refused, and the message does not quote it.
 func TestTokensNeedDistinctCharacters(t *testing.T) {
-	for _, tok := range []string{strings.Repeat("a", 40), strings.Repeat("ab", 20), strings.Repeat("1234", 8)} {
+	for _, tok := range []string{strings.Repeat("a", 40), strings.Repeat("ab", 20), strings.Repeat("1234", 8), strings.Repeat("SECRET", 4), "password-password-pass"} {
 		for name, a := range map[string]Auth{
 			"admin":     {Admin: tok},
 			"namespace": {Tokens: []NamespaceToken{{Namespace: "orders", Token: tok}}},
 			"metrics":   {Admin: adminTok, Metrics: tok},
 		} {
 			err := a.Validate()
-			if err == nil || !strings.Contains(err.Error(), "distinct characters") || strings.Contains(err.Error(), tok) {
+			if err == nil || !(strings.Contains(err.Error(), "distinct characters") || strings.Contains(err.Error(), "repeated")) || strings.Contains(err.Error(), tok) {
 				t.Errorf("%s token %q: %v", name, tok, err)
 			}
 		}

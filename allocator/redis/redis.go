@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -155,6 +156,26 @@ func redact(addr string) string {
 	return addr
 }
 
+// urlProblem says what is wrong with a redis:// URL that does not parse, without its user name or
+// password: the parser's own error quotes the whole URL, and may quote part of the password.
+func urlProblem(addr string) string {
+	bare := addr
+	if i := strings.Index(addr, "://"); i >= 0 {
+		if j := strings.LastIndex(addr, "@"); j > i {
+			bare = addr[:i+3] + addr[j+1:]
+		}
+	}
+	_, err := goredis.ParseURL(bare)
+	if err == nil {
+		return "the user name or password part is malformed (percent-encode its special characters)"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
+}
+
 // clientOptions turns one configured address into go-redis options with ticketd's timeouts.
 func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
 	addr = strings.TrimSpace(addr)
@@ -162,7 +183,7 @@ func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
 	if strings.Contains(addr, "://") {
 		o, err := goredis.ParseURL(addr)
 		if err != nil {
-			return nil, fmt.Errorf("redis: %s: %w", redact(addr), err)
+			return nil, fmt.Errorf("redis: %s: %s", redact(addr), urlProblem(addr))
 		}
 		opt = o
 	} else {

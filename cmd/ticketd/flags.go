@@ -24,6 +24,10 @@ func envName(flagName string) string {
 	return "TICKETD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// secretFlags are the flags whose values may hold a token or a password: no message quotes them.
+var secretFlags = map[string]bool{"admin-token": true, "token": true, "tokens": true, "metrics-token": true,
+	"mysql": true, "redis": true}
+
 // applyEnv sets every flag not given on the command line from its environment variable, and names the
 // variable in the flag's help.
 func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
@@ -37,7 +41,11 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 		}
 		if v := getenv(name); v != "" {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("environment %s=%q: %v", name, v, serr)
+				shown := fmt.Sprintf("%q", v)
+				if secretFlags[f.Name] {
+					shown = "(not shown: it may hold a secret)"
+				}
+				err = fmt.Errorf("environment %s=%s: %v", name, shown, serr)
 			}
 		}
 	})

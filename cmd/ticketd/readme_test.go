@@ -243,7 +243,7 @@ func TestReadmeDockerRun(t *testing.T) {
 		if strings.HasPrefix(l.cmd, "docker run ") {
 			dockerRun = strings.Fields(l.cmd)
 		}
-		if strings.HasPrefix(l.cmd, "curl ") {
+		if strings.Contains(l.cmd, "curl ") {
 			curl = l.cmd
 		}
 	}
@@ -289,10 +289,12 @@ func TestReadmeDockerRun(t *testing.T) {
 	}
 	p := startServe(t, env, args...)
 
-	m := regexp.MustCompile(`^curl -X (\w+) -H "Authorization: Bearer \$(\w+)" localhost:8080(\S+) -d '([^']*)'$`).FindStringSubmatch(curl)
+	// The token goes to curl on its standard input, from printf (a shell builtin): never on a command line.
+	m := regexp.MustCompile(`^printf 'Authorization: Bearer %s\\n' "\$(\w+)" \| curl -X (\w+) -H @- localhost:8080(\S+) -d '([^']*)'$`).FindStringSubmatch(curl)
 	if m == nil {
 		t.Fatalf("this test does not read the request %q", curl)
 	}
+	m[1], m[2] = m[2], m[1]                                                 // method, variable
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(p.url, "http://")) // listening on every interface
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -23,10 +24,12 @@ func init() {
 type serveCmd struct {
 	backendFlags
 	listen                                                 string
-	adminToken, tokenFile                                  string
+	adminToken, tokenFile, metricsToken                    string
 	tokens                                                 tokenListFlag
-	noAuth                                                 bool
+	noAuth, publicNoAuth                                   bool
 	openByDefault                                          bool // no token, embedded store, loopback
+	metricsListen                                          string
+	maxConns                                               int
 	tlsCert, tlsKey                                        string
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
 	shutdownTimeout                                        time.Duration
@@ -64,7 +67,11 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.Var(c.tokens, "token", "namespace bearer token as `NS=TOKEN`: that namespace's lease and read routes; repeatable")
 	fs.Var(c.tokens, "tokens", "namespace tokens as `NS=TOKEN,NS2=TOKEN2`; combined with --token and --token-file")
 	fs.StringVar(&c.tokenFile, "token-file", "", "`FILE` of namespace tokens, one NS=TOKEN a line (# starts a comment)")
-	fs.BoolVar(&c.noAuth, "no-auth", false, "turn authentication off: anyone who reaches the address is admin (local development only)")
+	fs.BoolVar(&c.noAuth, "no-auth", false, "turn authentication off: anyone who reaches the address is admin (local development only; loopback addresses only)")
+	fs.BoolVar(&c.publicNoAuth, "insecure-public-no-auth", false, "with --no-auth, serve on an address that is not loopback, open to every host that reaches it: anyone may lease IDs and move counters")
+	fs.StringVar(&c.metricsToken, "metrics-token", "", "bearer `TOKEN` good for /metrics alone, for a Prometheus scraper (the admin token works too)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "also serve /metrics without a token on this `ADDRESS` of its own (keep it loopback or private); empty: none")
+	fs.IntVar(&c.maxConns, "max-connections", 4096, "connections open at once; past it new ones wait to be accepted")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "`FILE` of the TLS certificate (PEM); with --tls-key, serve HTTPS")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "`FILE` of the TLS private key (PEM)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send the request headers")
@@ -83,7 +90,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 }
 
 func (c *serveCmd) auth() (server.Auth, error) {
-	a := server.Auth{Admin: strings.TrimSpace(c.adminToken), Disabled: c.noAuth}
+	a := server.Auth{Admin: strings.TrimSpace(c.adminToken), Metrics: strings.TrimSpace(c.metricsToken), Disabled: c.noAuth}
 	for i, list := range *c.tokens.raw {
 		ts, err := server.ParseTokens(list)
 		if err != nil {
@@ -97,12 +104,22 @@ func (c *serveCmd) auth() (server.Auth, error) {
 			return a, usagef("--token-file: %v", err)
 		}
 		defer f.Close()
+		if err := privateFile(f); err != nil {
+			return a, usagef("--token-file %s: %v", c.tokenFile, err)
+		}
 		ts, err := server.ParseTokenFile(f)
 		if err != nil {
 			return a, usagef("--token-file %s: %v", c.tokenFile, err)
 		}
 		a.Tokens = append(a.Tokens, ts...)
 	}
+	if c.noAuth && !isLoopback(c.listen) && !c.publicNoAuth {
+		return a, usagef("--no-auth on %s, which is not a loopback address: anyone who reaches it could lease IDs and move counters; configure a token, listen on 127.0.0.1, or, knowingly, add --insecure-public-no-auth", c.listen)
+	}
+	if c.publicNoAuth && !c.noAuth {
+		return a, usagef("--insecure-public-no-auth goes with --no-auth only")
+	}
+	a.AnyHost = c.publicNoAuth
 	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && isLoopback(c.listen) {
 		// Local development out of the box: `ticketd serve` with no database and no token answers on
 		// loopback only, and says so in its log. With a ticket server, or on any other address, a token
@@ -144,6 +161,26 @@ func (c *serveCmd) validate() error {
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return usagef("give both --tls-cert and --tls-key, or neither")
 	}
+	if c.maxConns < 1 {
+		return usagef("--max-connections %d must be at least 1", c.maxConns)
+	}
+	if c.metricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
+			return usagef("--metrics-listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:9090", c.metricsListen)
+		}
+	}
+	return nil
+}
+
+// privateFile refuses a file of secrets that other users of the machine may read or write.
+func privateFile(f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if perm := st.Mode().Perm(); perm&0o007 != 0 {
+		return fmt.Errorf("its mode %04o lets every user of this machine read it; make it private: chmod 600 %s", perm, f.Name())
+	}
 	return nil
 }
 
@@ -166,6 +203,13 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, usagef("--log-level %q must be debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// metricsOnly answers GET /metrics with h, and 404 on every other path.
+func metricsOnly(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return mux
 }
 
 func isLoopback(addr string) bool {
@@ -203,7 +247,7 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	}
 	srv, err := server.New(server.Config{
 		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
-		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst,
+		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst, MaxConns: c.maxConns,
 		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax},
 		ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		IdleTimeout: c.idleTime, ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
@@ -222,10 +266,22 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 		if c.openByDefault {
 			msg = "authentication is off: no token is configured, and with the embedded store on a loopback address ticketd serves open for local development; give --admin-token or --token NS=TOKEN to require tokens"
 		}
-		if !isLoopback(addr) {
-			msg += "; this address is NOT loopback"
+		if c.publicNoAuth {
+			msg = "authentication is off on an address that is NOT loopback (--no-auth --insecure-public-no-auth): anyone who can reach it may lease IDs and move counters"
 		}
 		logger.Warn(msg, "addr", addr)
+	}
+	if c.metricsListen != "" {
+		mln, err := net.Listen("tcp", c.metricsListen)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("listen on %s (--metrics-listen): %w", c.metricsListen, err)
+		}
+		ms := &http.Server{Handler: metricsOnly(srv.MetricsHandler()), ReadHeaderTimeout: c.readHeaderTimeout,
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		go func() { _ = ms.Serve(mln) }()
+		m.onClose(ms.Close)
+		logger.Info("serving /metrics without a token", "addr", mln.Addr().String())
 	}
 	var servers []string
 	if h, ok := backend.(allocator.HealthReporter); ok {

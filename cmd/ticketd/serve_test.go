@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,7 +304,7 @@ func TestServeOnThePair(t *testing.T) {
 				t.Fatalf("%d requests failed; first: %v", len(res.errs), res.errs[0])
 			}
 			checkBlocks(t, res.blocks, servers)
-			metrics := string(mustCall(t, 200, "GET", urls[0]+"/metrics", "", ""))
+			metrics := string(mustCall(t, 200, "GET", urls[0]+"/metrics", e2eAdmin, ""))
 			for _, s := range servers {
 				if want := fmt.Sprintf(`ticketd_lease_duration_seconds_count{result="ok",server="%s"}`, s); !strings.Contains(metrics, want) {
 					t.Errorf("metrics lack %s", want)
@@ -387,7 +388,7 @@ func TestServeWhileAMariaDBStops(t *testing.T) {
 	}
 	checkBlocks(t, res.blocks, nil)
 	mustCall(t, 200, "GET", p.url+"/readyz", "", "")
-	metrics := string(mustCall(t, 200, "GET", p.url+"/metrics", "", ""))
+	metrics := string(mustCall(t, 200, "GET", p.url+"/metrics", e2eAdmin, ""))
 	down := fmt.Sprintf(`ticketd_ticket_server_up{server="127.0.0.1:%d"} 0`, pair[0].Port)
 	if !strings.Contains(metrics, down) {
 		t.Errorf("metrics lack %s", down)
@@ -521,8 +522,9 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 }
 
 // TestServeInProcessOnTheEmbeddedStore drives Main the way main does, as the README runs it: no
-// database, on loopback, a curl-style form-encoded body — with --no-auth, and with no auth flag at all
-// (the embedded store on loopback serves open, and says so).
+// database, on loopback, the README's curl with its JSON content type — with --no-auth, and with no
+// auth flag at all (the embedded store on loopback serves open, and says so). curl's default form type,
+// which a web page can send too, is refused and leases nothing.
 func TestServeInProcessOnTheEmbeddedStore(t *testing.T) {
 	for name, c := range map[string]struct {
 		flags   []string
@@ -564,6 +566,18 @@ func serveEmbeddedOpen(t *testing.T, flags []string, warning string) {
 	}
 	resp, err := http.Post(url+"/v1/namespaces/demo/blocks", "application/x-www-form-urlencoded", strings.NewReader(`{"size":10}`))
 	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("a form-encoded POST to the open server: %d, want 415", resp.StatusCode)
+	}
+	curl := regexp.MustCompile(`(?m)^curl -X POST -H '(Content-Type: [^']+)' localhost:8080(\S+) -d '([^']*)'`).FindStringSubmatch(readmeSection(t, "## HTTP API"))
+	if curl == nil {
+		t.Fatal("the README's HTTP section has no open curl POST with a Content-Type")
+	}
+	ctype, _ := strings.CutPrefix(curl[1], "Content-Type: ")
+	if resp, err = http.Post(url+curl[2], ctype, strings.NewReader(curl[3])); err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
