@@ -97,7 +97,8 @@ func newShortenerRig(ctx context.Context, env *mysqlEnv, redisAddr string) (*sho
 	rig := &shortenerRig{ids: ids, rdb: goredis.NewClient(&goredis.Options{Addr: redisAddr, PoolSize: maxInFlight}),
 		prefix: fmt.Sprintf("ticketd-bench-shortener-%x:", r),
 		hc:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: maxInFlight}, CheckRedirect: noRedirect}}
-	rig.svc, err = shortener.New(shortener.Config{IDs: ids, Redis: rig.rdb, KeyPrefix: rig.prefix, BaseURL: "http://sho.rt"})
+	rig.svc, err = shortener.New(shortener.Config{IDs: ids, Redis: rig.rdb, KeyPrefix: rig.prefix, BaseURL: "http://sho.rt",
+		ScrambleKey: scrambleKey()})
 	if err != nil {
 		_ = ids.Close()
 		stopTicketd()
@@ -181,4 +182,11 @@ func (r *shortenerRig) close() {
 		r.rdb.Del(ctx, keys...)
 	}
 	_ = r.rdb.Close()
+}
+
+// scrambleKey is a random scramble key for one run.
+func scrambleKey() string {
+	var k [16]byte
+	_, _ = rand.Read(k[:])
+	return fmt.Sprintf("%x", k)
 }

@@ -2,12 +2,14 @@
 // links in Redis. The service itself is package shortener; this file reads the flags, connects, serves,
 // and shuts down cleanly on SIGINT or SIGTERM.
 //
-//	go run ./examples/shortener --listen 127.0.0.1:8081 --ticketd http://127.0.0.1:8080 \
-//	    --token TOKEN --redis 127.0.0.1:6379
+//	SHORTENER_TOKEN=… SHORTENER_SCRAMBLE_KEY=$(openssl rand -hex 32) go run ./examples/shortener \
+//	    --listen 127.0.0.1:8081 --ticketd http://127.0.0.1:8080 --redis 127.0.0.1:6379 \
+//	    --base-url http://localhost:8081
 //
 // Every flag falls back to an environment variable: --token to SHORTENER_TOKEN, --base-url to
-// SHORTENER_BASE_URL, and so on (prefer the variable for the token: the command line is visible to
-// other users of the machine).
+// SHORTENER_BASE_URL, and so on (give the token and keys in the variables: the command line is
+// visible to other users of the machine). It will not start without a scramble key of real strength
+// and a base URL, unless --dev says it runs on a developer's machine.
 package main
 
 import (
@@ -52,6 +54,11 @@ type options struct {
 	redis, keyPrefix, baseURL         string
 	scramble                          bool
 	scrambleKey                       string
+	dev                               bool
+	createToken                       string
+	createRate                        float64
+	createBurst                       int
+	maxLinks                          int64
 	shutdownTimeout                   time.Duration
 	logLevel                          string
 }
@@ -67,9 +74,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.namespace, "namespace", "links", "ticketd `NAMESPACE` of the link IDs")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis `ADDRESS` (host:port or redis://[user:password@]host:port/db)")
 	fs.StringVar(&o.keyPrefix, "key-prefix", shortener.DefaultKeyPrefix, "`PREFIX` of every Redis key")
-	fs.StringVar(&o.baseURL, "base-url", "", "`URL` that short URLs start with (default: the scheme and host of each request)")
-	fs.BoolVar(&o.scramble, "scramble", true, "scramble IDs into codes, so that consecutive links do not get consecutive codes")
-	fs.StringVar(&o.scrambleKey, "scramble-key", "", "secret `KEY` of the scramble (default: a built-in, public key); never change it once links exist")
+	fs.StringVar(&o.baseURL, "base-url", "", "`URL` that short URLs start with; required unless --dev (then: the scheme and host of each request)")
+	fs.BoolVar(&o.scramble, "scramble", true, "scramble IDs into codes, so that nobody can list the links by counting (--scramble=false only with --dev)")
+	fs.StringVar(&o.scrambleKey, "scramble-key", "", "secret `KEY` of the scramble, at least 32 characters (openssl rand -hex 32); required unless --dev; never change it once links exist")
+	fs.BoolVar(&o.dev, "dev", false, "development: run without --scramble-key (a random key of this run) and --base-url (short URLs from the request's Host), and allow --scramble=false")
+	fs.StringVar(&o.createToken, "create-token", "", "bearer `TOKEN` that creating a link requires (default: anyone may)")
+	fs.Float64Var(&o.createRate, "create-rate", 1, "links a second one client address may create; 0: no limit")
+	fs.IntVar(&o.createBurst, "create-burst", 20, "links one client address may create at once above --create-rate")
+	fs.Int64Var(&o.maxLinks, "max-links", 0, "most links the service holds; past it creating one answers 507 (0: no cap)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envName(f.Name) + "]" })
@@ -128,7 +140,8 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 		return nil, nil, err
 	}
 	svc, err := shortener.New(shortener.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL,
-		NoScramble: !o.scramble, ScrambleKey: o.scrambleKey, Logger: logger})
+		NoScramble: !o.scramble, ScrambleKey: o.scrambleKey, Development: o.dev, CreateToken: o.createToken,
+		CreateRate: o.createRate, CreateBurst: o.createBurst, MaxLinks: o.maxLinks, Logger: logger})
 	if err != nil {
 		_ = ids.Close()
 		_ = rdb.Close()
@@ -145,6 +158,31 @@ func checkToken(o options) error {
 		return fmt.Errorf("no ticketd token: give --token or $SHORTENER_TOKEN, the token ticketd serve has for namespace %s (TICKETD_TOKENS=%s=TOKEN)", o.namespace, o.namespace)
 	case len(o.token) < api.MinTokenLength:
 		return fmt.Errorf("the ticketd token (--token or $SHORTENER_TOKEN) is %d characters; ticketd accepts none shorter than %d, so it would refuse every lease", len(o.token), api.MinTokenLength)
+	}
+	return nil
+}
+
+// checkSecrets refuses, before anything is connected, a start that would leave the links open to
+// listing or the short URLs to the client's Host, unless --dev says this is a developer's machine.
+func checkSecrets(o options) error {
+	if o.createToken != "" {
+		if err := api.CheckToken(o.createToken); err != nil {
+			return fmt.Errorf("the creation token (--create-token or $SHORTENER_CREATE_TOKEN): %w", err)
+		}
+	}
+	if o.dev {
+		return nil
+	}
+	switch {
+	case !o.scramble:
+		return errors.New("--scramble=false makes codes the IDs in order, so anyone can list every link; it is for --dev only")
+	case o.scrambleKey == "":
+		return errors.New("no scramble key: give $SHORTENER_SCRAMBLE_KEY (or --scramble-key), a secret of at least 32 characters (openssl rand -hex 32); without one anyone could list every link by encoding 1, 2, 3, … (--dev runs with a random key of its own)")
+	case o.baseURL == "":
+		return errors.New("no base URL: give --base-url (or $SHORTENER_BASE_URL), the one short URLs start with, e.g. https://sho.rt; only with --dev are they built from the Host a client sends")
+	}
+	if err := shortener.CheckScrambleKey(o.scrambleKey); err != nil {
+		return fmt.Errorf("--scramble-key or $SHORTENER_SCRAMBLE_KEY: %w", err)
 	}
 	return nil
 }
@@ -216,8 +254,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := checkToken(o); err != nil {
 		return err
 	}
-	if o.scramble && o.scrambleKey == "" {
-		logger.Info("codes are scrambled with the built-in key, which anyone can read; set --scramble-key to keep the number of links private")
+	if err := checkSecrets(o); err != nil {
+		return err
+	}
+	if o.dev {
+		logger.Warn("development mode (--dev): codes may be unscrambled or scrambled with a random key of this run, and short URLs may take the Host a client sends; never run so in production")
 	}
 	svc, disconnect, err := open(ctx, o, logger)
 	if err != nil {
@@ -248,6 +289,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	err = srv.Shutdown(shutdownCtx)
 	st := svc.Stats()
 	logger.Info("stopped", "links_created", st.Created, "redirects", st.Redirects, "refused", st.Refused,
-		"failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
+		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_cap", st.OverCap, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
 	return err
 }

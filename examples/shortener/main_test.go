@@ -38,6 +38,8 @@ const (
 	adminToken = "e2e-admin-token-0123456789"
 	linksToken = "e2e-links-token-0123456789"
 	otherToken = "e2e-other-token-0123456789" // namespace other's: ticketd accepts it, not for links
+	// e2eScrambleKey is the scramble key of the shortener under test.
+	e2eScrambleKey = "9d41c07be25a6f83d10e4b7c92f5a368"
 )
 
 // logTap reads a process's JSON log: it keeps the lines, and sends the addr of the "listening" line
@@ -208,7 +210,9 @@ func TestEndToEnd(t *testing.T) {
 	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr})
 	defer rdb.Close()
 
-	opts := options{ticketd: ticketd, token: linksToken, namespace: "links", redis: redisAddr, keyPrefix: prefix, scramble: true}
+	// --dev for short URLs on the test server's own Host; the scramble key as in production.
+	opts := options{ticketd: ticketd, token: linksToken, namespace: "links", redis: redisAddr, keyPrefix: prefix, scramble: true,
+		scrambleKey: e2eScrambleKey, dev: true}
 	svc, disconnect, err := open(context.Background(), opts, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +232,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	codec := shortener.NewCodec(shortener.DefaultScrambleKey)
+	codec := shortener.NewCodec(e2eScrambleKey)
 	codes, ids := map[string]int{}, map[int64]int{}
 	for i, l := range made {
 		if j, dup := codes[l.code]; dup {
@@ -287,8 +291,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
-	if err != nil || len(keys) != links {
-		t.Fatalf("%d keys under %s (%v), want %d", len(keys), prefix, err, links)
+	if err != nil || len(keys) != links+1 {
+		t.Fatalf("%d keys under %s (%v), want %d links and their count", len(keys), prefix, err, links)
+	}
+	if n, err := rdb.Get(context.Background(), prefix+"links").Int(); err != nil || n != links {
+		t.Fatalf("the count of links is %d (%v), want %d", n, err, links)
 	}
 	st := svc.Stats()
 	t.Logf("%d links, %d redirects: %d blocks leased from ticketd (%.2f per 1,000 links; last block %d IDs), %d stalls",
@@ -330,7 +337,7 @@ func TestEndToEnd(t *testing.T) {
 // the same ticketd and Redis.
 func testCommand(t *testing.T, ticketd, redisAddr string) {
 	prefix := testenv.RedisPrefix(t, "shortener-cmd-")
-	env := map[string]string{"SHORTENER_TOKEN": linksToken, "SHORTENER_KEY_PREFIX": prefix, "SHORTENER_SCRAMBLE": "false"}
+	env := map[string]string{"SHORTENER_TOKEN": linksToken, "SHORTENER_KEY_PREFIX": prefix, "SHORTENER_SCRAMBLE_KEY": e2eScrambleKey}
 	args := []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--base-url=http://sho.rt.test"}
 	log := newLogTap()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -351,8 +358,8 @@ func testCommand(t *testing.T, ticketd, redisAddr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// --scramble=false from the environment: the code is the ID in base 62.
-	if want, _ := shortener.PlainCodec().Encode(l.id); l.code != want || l.shortURL != "http://sho.rt.test/"+want {
+	// The scramble key from the environment.
+	if want, _ := shortener.NewCodec(e2eScrambleKey).Encode(l.id); l.code != want || l.shortURL != "http://sho.rt.test/"+want {
 		t.Fatalf("link %+v, want code %s at http://sho.rt.test", l, want)
 	}
 	resp, _, err := call("GET", base+"/"+l.code, "")
@@ -384,7 +391,7 @@ func testTokenRefusedAtStart(t *testing.T, ticketd, redisAddr string) {
 		otherToken:                       "403 forbidden",
 	} {
 		log := newLogTap()
-		err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--token=" + token},
+		err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--token=" + token, "--dev"},
 			func(string) string { return "" }, log.w)
 		log.w.Close()
 		if err == nil || !strings.Contains(err.Error(), "refuses the token for namespace links: "+want) {
@@ -430,7 +437,8 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{listen: "127.0.0.1:1234", ticketd: "http://127.0.0.1:8080", token: "tok", namespace: "short", redis: "r:6379",
-		keyPrefix: shortener.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info"}
+		keyPrefix: shortener.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info",
+		createRate: 1, createBurst: 20}
 	if o != want {
 		t.Fatalf("got  %+v\nwant %+v", o, want)
 	}
@@ -461,7 +469,8 @@ func TestFlags(t *testing.T) {
 }
 
 // TestComposeCommand: the shortener service of docker-compose.yml passes the command's flags, with the
-// token from the environment as Compose gives it.
+// token and the scramble key from the environment as Compose gives them, and passes the checks of a
+// production start (a scramble key, a base URL, no --dev).
 func TestComposeCommand(t *testing.T) {
 	b, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
@@ -480,12 +489,17 @@ func TestComposeCommand(t *testing.T) {
 	if !ok {
 		t.Fatal("docker-compose.yml has no shortener service")
 	}
-	if _, ok := s.Environment["SHORTENER_TOKEN"]; !ok {
-		t.Error("the shortener service does not get SHORTENER_TOKEN")
+	for _, k := range []string{"SHORTENER_TOKEN", "SHORTENER_SCRAMBLE_KEY"} {
+		if _, ok := s.Environment[k]; !ok {
+			t.Errorf("the shortener service does not get %s", k)
+		}
 	}
 	o, err := parseFlags(s.Command, func(k string) string {
-		if k == "SHORTENER_TOKEN" {
+		switch k {
+		case "SHORTENER_TOKEN":
 			return "from-compose"
+		case "SHORTENER_SCRAMBLE_KEY":
+			return e2eScrambleKey
 		}
 		return ""
 	}, io.Discard)
@@ -493,8 +507,11 @@ func TestComposeCommand(t *testing.T) {
 		t.Fatalf("compose command %v: %v", s.Command, err)
 	}
 	if o.listen != "0.0.0.0:8081" || o.ticketd != "http://ticketd:8080" || o.redis != "redis:6379" || o.token != "from-compose" ||
-		o.namespace != "links" || o.baseURL == "" {
+		o.namespace != "links" || o.baseURL == "" || o.scrambleKey != e2eScrambleKey || o.maxLinks <= 0 {
 		t.Fatalf("compose command %v gives %+v", s.Command, o)
+	}
+	if err := checkSecrets(o); err != nil {
+		t.Fatalf("compose's shortener would not start: %v", err)
 	}
 }
 
@@ -515,11 +532,46 @@ func TestRedisDownIsOneClearError(t *testing.T) {
 	down := fmt.Sprintf("127.0.0.1:%d", port) // nothing listens there
 	var log bytes.Buffer
 	goredis.SetLogger(rawRedisLog{&log}) // what a process starts with
-	err = run(context.Background(), []string{"--redis", down, "--token", linksToken}, func(string) string { return "" }, &log)
+	err = run(context.Background(), []string{"--redis", down, "--token", linksToken, "--dev"}, func(string) string { return "" }, &log)
 	if err == nil || !strings.Contains(err.Error(), "redis at "+down+" does not answer") {
 		t.Fatalf("run: %v", err)
 	}
 	if strings.Contains(log.String(), "redis: ") || strings.Contains(log.String(), "pool.go") {
 		t.Fatalf("go-redis's own lines were printed:\n%s", log.String())
+	}
+}
+
+// TestSecretsCheckedBeforeConnecting: without a scramble key of real strength and a base URL the
+// command does not start (the compose file of old started with the public key, so anyone could list the
+// links); --dev lets it, and logs so. Both checks come before Redis or ticketd is asked (both are down).
+func TestSecretsCheckedBeforeConnecting(t *testing.T) {
+	base := []string{"--redis", "127.0.0.1:1", "--ticketd", "http://127.0.0.1:1", "--token", linksToken}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"no key":          {[]string{"--base-url", "https://sho.rt"}, nil, "no scramble key"},
+		"a short key":     {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": "short-secret-key"}, "at least 32"},
+		"a repeated key":  {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": strings.Repeat("secret-0", 5)}, "repeated"},
+		"no scramble":     {[]string{"--base-url", "https://sho.rt", "--scramble=false"}, nil, "for --dev only"},
+		"no base URL":     {nil, map[string]string{"SHORTENER_SCRAMBLE_KEY": e2eScrambleKey}, "no base URL"},
+		"weak create tok": {[]string{"--base-url", "https://sho.rt", "--create-token", "aaaaaaaaaaaaaaaaaaaa"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": e2eScrambleKey}, "creation token"},
+	} {
+		var log bytes.Buffer
+		err := run(context.Background(), append(append([]string{}, base...), tc.args...), func(k string) string { return tc.env[k] }, &log)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "redis") {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+		for _, secret := range []string{"short-secret-key", "secret-0secret-0", "aaaaaaaaaaaa"} {
+			if err != nil && strings.Contains(err.Error()+log.String(), secret) {
+				t.Errorf("%s: a secret is in the error or the log: %v", name, err)
+			}
+		}
+	}
+	var log bytes.Buffer
+	err := run(context.Background(), append(base, "--dev", "--scramble=false"), func(string) string { return "" }, &log)
+	if err == nil || !strings.Contains(err.Error(), "redis at 127.0.0.1:1") || !strings.Contains(log.String(), `"level":"WARN","msg":"development mode (--dev)`) {
+		t.Fatalf("--dev: %v\n%s", err, log.String())
 	}
 }

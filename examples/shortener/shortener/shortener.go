@@ -4,24 +4,31 @@
 //
 // The HTTP API:
 //
-//	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","id","url"}
+//	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","id","url"}; with a creation
+//	                       token, only for "Authorization: Bearer TOKEN"; 429 with Retry-After past a
+//	                       client address's rate; 507 past the cap on links
 //	GET  /{code}           → 301 to the link's URL, and one more hit; 404 for an unknown code
 //	GET  /api/links/{code} → 200 {"code","short_url","id","url","hits","created_at"}
 //	GET  /healthz          → 200 {"status":"ok","ticketd":"ok"} while Redis answers; "degraded", with
 //	                         the cause in "ticketd", while leases from ticketd fail
 //
-// Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 413)
-// creates nothing and takes no ID.
+// Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 401, 413,
+// 429, 507) creates nothing and takes no ID.
 package shortener
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,6 +43,7 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/internal/ratelimit"
 )
 
 const (
@@ -46,10 +54,9 @@ const (
 	MaxBodyBytes = 16 << 10
 	// DefaultKeyPrefix is the default Config.KeyPrefix.
 	DefaultKeyPrefix = "shortener:"
-	// DefaultScrambleKey is the key of the scramble when none is given. It is public, so it hides
-	// nothing from someone who reads this source; set Config.ScrambleKey to keep the order of links
-	// private.
-	DefaultScrambleKey = "ticketd-shortener-default-key"
+	// MinScrambleKeyLength is the shortest scramble key accepted: with a guessable key anyone can list
+	// every link by encoding the IDs 1, 2, 3, ….
+	MinScrambleKeyLength = 32
 )
 
 // Error codes of the API, besides ticketd's own invalid_json, unknown_field, body_too_large,
@@ -58,6 +65,7 @@ const (
 	CodeInvalidURL   = "invalid_url"    // 400: not an http(s) URL with a host, of at most MaxURLBytes
 	CodeInvalidCode  = "invalid_code"   // 400 from /api/links/{code}: not a code the service could have made
 	CodeLinkNotFound = "link_not_found" // 404: no link has this code
+	CodeTooManyLinks = "too_many_links" // 507: the service holds Config.MaxLinks links already
 )
 
 // Config configures a Service. Zero values mean the defaults given with each field.
@@ -68,14 +76,31 @@ type Config struct {
 	Redis goredis.UniversalClient
 	// KeyPrefix starts every Redis key of the Service. Default DefaultKeyPrefix.
 	KeyPrefix string
-	// BaseURL starts each short URL, e.g. "https://sho.rt". Default: the scheme and Host of the
-	// request that asks.
+	// BaseURL starts each short URL, e.g. "https://sho.rt". Required unless Development: then, when
+	// empty, the scheme and Host of the request that asks (a Host the client chooses).
 	BaseURL string
-	// NoScramble makes codes the plain IDs in base 62 (consecutive links get consecutive codes).
+	// NoScramble makes codes the plain IDs in base 62 (consecutive links get consecutive codes, so
+	// anyone can list every link).
 	// Default false: codes are scrambled (see Codec).
 	NoScramble bool
-	// ScrambleKey keys the scramble. Default DefaultScrambleKey.
+	// ScrambleKey keys the scramble: a secret of at least MinScrambleKeyLength characters (openssl rand
+	// -hex 32). Required unless NoScramble or Development; never change it once links exist.
 	ScrambleKey string
+	// Development lets the service run without a ScrambleKey (a random key of this process is used:
+	// codes stay unguessable, and links made before a restart keep working) and without a BaseURL. For
+	// a developer's machine only.
+	Development bool
+	// CreateToken, when set, is the bearer token that POST /api/links requires; redirects and reads
+	// need none. Default: anyone may create links.
+	CreateToken string
+	// CreateRate is how many links a second one client address (the connection's peer, never a
+	// forwarded-for header) may create, up to CreateBurst at once (default max(1, CreateRate)); past it
+	// the answer is 429 with Retry-After. Zero means no limit.
+	CreateRate  float64
+	CreateBurst int
+	// MaxLinks caps the links the service holds (counted from the first link this version made);
+	// past it POST /api/links answers 507. Zero means no cap.
+	MaxLinks int64
 	// Logger receives a line for each failed request (5xx). Default: discard.
 	Logger *slog.Logger
 	// Now is the clock of created_at. Default time.Now.
@@ -92,7 +117,12 @@ type Service struct {
 	now     func() time.Time
 	echo    *echo.Echo
 
+	createToken [sha256.Size]byte // zero: no token required
+	creates     *ratelimit.Limiter
+	maxLinks    int64
+
 	created, redirects, refused, notFound, failed atomic.Int64
+	unauthorized, rateLimited, overCap            atomic.Int64
 }
 
 // Stats are a Service's counters.
@@ -105,6 +135,9 @@ type Stats struct {
 	NotFound int64
 	// Failed counts requests that failed because ticketd or Redis did not answer (5xx).
 	Failed int64
+	// Unauthorized, RateLimited and OverCap count link creations refused for a missing or wrong
+	// creation token (401), past a client address's rate (429) and past MaxLinks (507).
+	Unauthorized, RateLimited, OverCap int64
 	// IDs are the ticketd client's counters: IDs.Refills is the number of blocks leased from ticketd.
 	IDs client.Stats
 }
@@ -137,14 +170,41 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.baseURL = strings.TrimRight(u.String(), "/")
 	}
+	if s.baseURL == "" && !cfg.Development {
+		return nil, errors.New("shortener: no base URL: give the one short URLs start with, e.g. https://sho.rt (only in development are they built from the Host a client sends)")
+	}
 	switch {
 	case cfg.NoScramble:
 		s.codec = PlainCodec()
-	case cfg.ScrambleKey == "":
-		s.codec = NewCodec(DefaultScrambleKey)
-	default:
+	case cfg.ScrambleKey != "":
+		if err := CheckScrambleKey(cfg.ScrambleKey); err != nil {
+			return nil, fmt.Errorf("shortener: %w", err)
+		}
 		s.codec = NewCodec(cfg.ScrambleKey)
+	case cfg.Development:
+		var key [32]byte
+		_, _ = rand.Read(key[:])
+		s.codec = NewCodec(hex.EncodeToString(key[:]))
+	default:
+		return nil, errors.New("shortener: no scramble key: give a secret of at least 32 characters (openssl rand -hex 32); without one anyone could list every link by encoding 1, 2, 3, …")
 	}
+	if cfg.CreateToken != "" {
+		if err := api.CheckToken(cfg.CreateToken); err != nil {
+			return nil, fmt.Errorf("shortener: creation token: %w", err)
+		}
+		s.createToken = sha256.Sum256([]byte(cfg.CreateToken))
+	}
+	if cfg.CreateRate < 0 || cfg.CreateBurst < 0 || cfg.MaxLinks < 0 {
+		return nil, errors.New("shortener: CreateRate, CreateBurst and MaxLinks must not be negative")
+	}
+	if cfg.CreateRate > 0 {
+		burst := cfg.CreateBurst
+		if burst == 0 {
+			burst = max(1, int(cfg.CreateRate))
+		}
+		s.creates = ratelimit.New(cfg.CreateRate, burst, 0, cfg.Now)
+	}
+	s.maxLinks = cfg.MaxLinks
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +215,8 @@ func New(cfg Config) (*Service, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	// The peer's address, never X-Forwarded-For: a client must not pick the rate-limit bucket it uses.
+	e.IPExtractor = echo.ExtractIPDirect()
 	e.POST("/api/links", s.createLink)
 	e.GET("/api/links/:code", s.getLink)
 	e.GET("/healthz", s.healthz)
@@ -169,7 +231,8 @@ func (s *Service) Handler() http.Handler { return s.echo }
 // Stats returns the Service's counters and its ticketd client's.
 func (s *Service) Stats() Stats {
 	return Stats{Created: s.created.Load(), Redirects: s.redirects.Load(), Refused: s.refused.Load(),
-		NotFound: s.notFound.Load(), Failed: s.failed.Load(), IDs: s.ids.Stats()}
+		NotFound: s.notFound.Load(), Failed: s.failed.Load(), Unauthorized: s.unauthorized.Load(),
+		RateLimited: s.rateLimited.Load(), OverCap: s.overCap.Load(), IDs: s.ids.Stats()}
 }
 
 // linkJSON is a link on the wire. The ID is a decimal string: it may pass 2^53.
@@ -183,13 +246,25 @@ type linkJSON struct {
 }
 
 // createLink: POST /api/links. The request is checked in full before an ID is taken, so that a refused
-// request costs nothing.
+// request costs nothing: the creation token, the client's rate, the body, the cap on links.
 func (s *Service) createLink(c echo.Context) error {
+	if err := s.mayCreate(c); err != nil {
+		return err
+	}
 	target, err := readLinkRequest(c)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
+	if s.maxLinks > 0 {
+		n, err := s.links.count(ctx)
+		if err != nil {
+			return unavailable("the link store did not answer; retry", err)
+		}
+		if n >= s.maxLinks {
+			return s.tooManyLinks()
+		}
+	}
 	// A link never replaces another. A new ID's code can be taken only by a link made under another
 	// scramble key or setting (or by this very write, when Redis retried it); then the next ID is tried.
 	for range 3 {
@@ -201,7 +276,10 @@ func (s *Service) createLink(c echo.Context) error {
 		if err != nil {
 			return fmt.Errorf("ticketd issued ID %d: %w", id, err)
 		}
-		ok, err := s.links.create(ctx, link{Code: code, URL: target, ID: id, Created: s.now()})
+		ok, err := s.links.create(ctx, link{Code: code, URL: target, ID: id, Created: s.now()}, s.maxLinks)
+		if errors.Is(err, errFull) {
+			return s.tooManyLinks()
+		}
 		if err != nil {
 			return unavailable("the link store did not answer; retry", err)
 		}
@@ -215,6 +293,32 @@ func (s *Service) createLink(c echo.Context) error {
 			ID: strconv.FormatInt(id, 10), URL: target})
 	}
 	return errors.New("three new IDs in a row gave codes of existing links")
+}
+
+// mayCreate checks the creation token, then takes one link from the client address's rate.
+func (s *Service) mayCreate(c echo.Context) error {
+	if s.createToken != ([sha256.Size]byte{}) {
+		tok, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+		d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		if subtle.ConstantTimeCompare(d[:], s.createToken[:]) != 1 || !ok {
+			s.unauthorized.Add(1)
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="shortener"`)
+			return refuse(http.StatusUnauthorized, api.CodeInvalidToken, `creating links needs "Authorization: Bearer TOKEN" with the service's creation token`)
+		}
+	}
+	if s.creates != nil {
+		if ok, wait, _ := s.creates.Take(c.RealIP()); !ok {
+			s.rateLimited.Add(1)
+			c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+			return refuse(http.StatusTooManyRequests, api.CodeRateLimited, "more than %g new links a second from this client address; retry after the Retry-After delay", s.creates.Rate())
+		}
+	}
+	return nil
+}
+
+func (s *Service) tooManyLinks() error {
+	s.overCap.Add(1)
+	return refuse(http.StatusInsufficientStorage, CodeTooManyLinks, "the service holds its limit of %d links; no more can be created", s.maxLinks)
 }
 
 // readLinkRequest reads and checks the body of POST /api/links: {"url":"…"} and nothing else.
@@ -373,6 +477,19 @@ func TicketdCause(err error) string {
 	return "ticketd gave no ID; retry"
 }
 
+// CheckScrambleKey says what makes a scramble key too weak to keep links private: shorter than
+// MinScrambleKeyLength, too few distinct characters, a short string repeated. Its messages never
+// contain the key.
+func CheckScrambleKey(key string) error {
+	if len(key) < MinScrambleKeyLength {
+		return fmt.Errorf("the scramble key is %d characters; it must be at least %d (openssl rand -hex 32)", len(key), MinScrambleKeyLength)
+	}
+	if err := api.CheckToken(key); err != nil {
+		return fmt.Errorf("the scramble key: %s", strings.Replace(err.Error(), "a token", "it", 1))
+	}
+	return nil
+}
+
 func (s *Service) shortURL(c echo.Context, code string) string {
 	if s.baseURL != "" {
 		return s.baseURL + "/" + code
@@ -422,7 +539,7 @@ func (s *Service) handleError(err error, c echo.Context) {
 		ae = &apiError{status: http.StatusInternalServerError, code: api.CodeInternal, message: "internal error; see the service log", cause: err}
 	}
 	switch {
-	case ae.status >= 500:
+	case ae.status >= 500 && ae.status != http.StatusInsufficientStorage: // 507 is a refusal, counted as OverCap
 		s.failed.Add(1)
 		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path,
 			"status", ae.status, "code", ae.code, "err", ae.cause)

@@ -33,6 +33,9 @@ type fixture struct {
 
 var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// testScrambleKey is the fixture's scramble key: a secret of real strength, as New requires.
+const testScrambleKey = "5f0c2a9e7b31d48c6e2f90a1b7d35c84"
+
 // newFixture starts a fixture; edit adjusts the Config first. Namespace "links" exists unless the
 // Config's IDs are set by edit.
 func newFixture(t testing.TB, edit func(*Config)) *fixture {
@@ -40,7 +43,7 @@ func newFixture(t testing.TB, edit func(*Config)) *fixture {
 	rdb := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := testenv.RedisPrefix(t, "shortener-test-")
-	cfg := Config{Redis: rdb, KeyPrefix: prefix, BaseURL: "https://sho.rt", Now: func() time.Time { return testNow }}
+	cfg := Config{Redis: rdb, KeyPrefix: prefix, BaseURL: "https://sho.rt", ScrambleKey: testScrambleKey, Now: func() time.Time { return testNow }}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -154,13 +157,13 @@ func TestCreateRedirectAndCount(t *testing.T) {
 	if st.Created != 1 || st.Redirects != 3 || st.Refused != 0 || st.IDs.Served != 1 || st.IDs.Refills < 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if f.keys(t) != 1 {
-		t.Fatalf("%d keys in Redis for one link", f.keys(t))
+	if f.keys(t) != 2 {
+		t.Fatalf("%d keys in Redis for one link, want its hash and the count of links", f.keys(t))
 	}
 }
 
 func TestShortURLFromTheRequestHost(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.BaseURL = "" })
+	f := newFixture(t, func(c *Config) { c.BaseURL, c.Development = "", true })
 	req := httptest.NewRequest("POST", "http://s.example:8081/api/links", strings.NewReader(`{"url":"http://example.com"}`))
 	rec := httptest.NewRecorder()
 	f.svc.Handler().ServeHTTP(rec, req)
@@ -326,7 +329,7 @@ func TestConcurrentCreatesGetDistinctCodes(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := f.keys(t); n != workers*each || len(codes) != workers*each {
+	if n := f.keys(t); n != workers*each+1 || len(codes) != workers*each { // and the count of links
 		t.Fatalf("%d keys and %d codes for %d links", n, len(codes), workers*each)
 	}
 }
@@ -415,11 +418,14 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"base URL query":  {IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/?a=1"},
 		"base URL parses": {IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/%zz"},
 	} {
+		if cfg.BaseURL != "" {
+			cfg.ScrambleKey = testScrambleKey // refused for the base URL alone
+		}
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
 	}
-	s, err := New(Config{IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/s/"})
+	s, err := New(Config{IDs: ids, Redis: rdb, BaseURL: "https://sho.rt/s/", ScrambleKey: testScrambleKey})
 	if err != nil || s.baseURL != "https://sho.rt/s" || !s.codec.Scrambled() {
 		t.Fatalf("New: %v, base %q", err, s.baseURL)
 	}

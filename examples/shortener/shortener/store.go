@@ -26,11 +26,18 @@ type link struct {
 	Hits    int64
 }
 
-// createScript writes a link unless its key exists, so that a link is never overwritten.
+// createScript writes a link unless its key exists, so that a link is never overwritten, and counts it
+// in KEYS[2]; with a cap (ARGV[4] > 0) it writes nothing once the count has reached it.
 var createScript = goredis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local cap = tonumber(ARGV[4])
+if cap > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= cap then return -1 end
 redis.call('HSET', KEYS[1], 'url', ARGV[1], 'id', ARGV[2], 'created', ARGV[3], 'hits', 0)
+redis.call('INCR', KEYS[2])
 return 1`)
+
+// errFull means the store holds its cap of links.
+var errFull = errors.New("shortener: the cap on links is reached")
 
 // hitScript returns a link's URL and counts the hit, in one round trip; nil for an unknown code (and
 // then creates nothing).
@@ -41,11 +48,27 @@ return url`)
 
 func (s *store) key(code string) string { return s.prefix + "link:" + code }
 
-// create stores l; false when a link with its code exists already.
-func (s *store) create(ctx context.Context, l link) (bool, error) {
-	n, err := createScript.Run(ctx, s.rdb, []string{s.key(l.Code)},
-		l.URL, strconv.FormatInt(l.ID, 10), l.Created.UTC().Format(time.RFC3339Nano)).Int()
+// countKey holds the number of links created.
+func (s *store) countKey() string { return s.prefix + "links" }
+
+// create stores l; false when a link with its code exists already, errFull when maxLinks (if
+// positive) links exist.
+func (s *store) create(ctx context.Context, l link, maxLinks int64) (bool, error) {
+	n, err := createScript.Run(ctx, s.rdb, []string{s.key(l.Code), s.countKey()},
+		l.URL, strconv.FormatInt(l.ID, 10), l.Created.UTC().Format(time.RFC3339Nano), maxLinks).Int()
+	if n == -1 {
+		return false, errFull
+	}
 	return n == 1, err
+}
+
+// count returns the number of links created.
+func (s *store) count(ctx context.Context) (int64, error) {
+	n, err := s.rdb.Get(ctx, s.countKey()).Int64()
+	if errors.Is(err, goredis.Nil) {
+		return 0, nil
+	}
+	return n, err
 }
 
 // hit returns the URL of code and counts one hit; ok is false for an unknown code.
