@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,11 +16,16 @@ import (
 
 type compose struct {
 	Services map[string]struct {
-		Image       string         `yaml:"image"`
-		Build       any            `yaml:"build"`
-		Command     []string       `yaml:"command"`
-		Environment map[string]any `yaml:"environment"`
-		DependsOn   map[string]any `yaml:"depends_on"`
+		Image       string            `yaml:"image"`
+		Build       any               `yaml:"build"`
+		Command     []string          `yaml:"command"`
+		Environment map[string]string `yaml:"environment"`
+		DependsOn   map[string]any    `yaml:"depends_on"`
+		Ports       []string          `yaml:"ports"`
+		Volumes     []string          `yaml:"volumes"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -80,9 +86,9 @@ func TestComposeTicketPair(t *testing.T) {
 	if got := strings.Join(redis.Command, " "); !strings.Contains(got, "--appendonly yes") || !strings.Contains(got, "--appendfsync always") {
 		t.Errorf("redis command %q, want AOF with appendfsync always", got)
 	}
-	mysqlFlag := flagValue(c.Services["ticketd"].Command, "mysql")
-	if !strings.Contains(mysqlFlag, "@tcp(ticket-a:3306)/") || !strings.Contains(mysqlFlag, "@tcp(ticket-b:3306)/") {
-		t.Errorf("ticketd --mysql %q does not name both ticket servers", mysqlFlag)
+	mysqlDSNs := c.Services["ticketd"].Environment["TICKETD_MYSQL"]
+	if !strings.Contains(mysqlDSNs, "@tcp(ticket-a:3306)/") || !strings.Contains(mysqlDSNs, "@tcp(ticket-b:3306)/") {
+		t.Errorf("ticketd's TICKETD_MYSQL %q does not name both ticket servers", mysqlDSNs)
 	}
 	if c.Services["ticketd"].Command[0] != "serve" {
 		t.Errorf("ticketd runs %v, want serve", c.Services["ticketd"].Command)
@@ -278,5 +284,120 @@ func TestKubernetesManifest(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("manifest lacks %q", want)
 		}
+	}
+}
+
+// secretVar matches a Compose variable that holds a password, token or key.
+var secretVar = regexp.MustCompile(`\$\{?([A-Z_]*(PASSWORD|TOKEN|KEY|PWD)[A-Z_]*)`)
+
+// interpolated matches a secret variable that Compose puts in ($VAR or ${VAR}, not $$VAR).
+var interpolated = regexp.MustCompile(`(?:^|[^$])\$\{?[A-Z_]*(PASSWORD|TOKEN|KEY|PWD)`)
+
+// TestComposeKeepsSecrets: Compose starts nothing with a default password or key (every secret is
+// required from the environment, :?), puts no secret on a command line or in a healthcheck's
+// arguments (ps and docker inspect show those), publishes ports on 127.0.0.1 only, caps Redis's
+// memory without evicting links, and requires the shortener's scramble key.
+func TestComposeKeepsSecrets(t *testing.T) {
+	b, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for _, m := range regexp.MustCompile(`\$\{([A-Z_]+)(:?[-?])([^}]*)\}`).FindAllStringSubmatch(text, -1) {
+		name, op, def := m[1], m[2], m[3]
+		if !secretVar.MatchString("$" + name) {
+			continue
+		}
+		switch {
+		case op == ":?":
+		case op == ":-" && def == "" && name == "SHORTENER_CREATE_TOKEN": // optional, off when unset
+		default:
+			t.Errorf("${%s%s%s}: a secret must be required (:?), never defaulted", name, op, def)
+		}
+	}
+	c := readCompose(t)
+	for name, s := range c.Services {
+		for _, a := range append(append([]string{}, s.Command...), s.Healthcheck.Test...) {
+			// ${VAR} is put in by Compose, and shows in docker inspect; $$VAR is the container's own
+			// variable, expanded there.
+			if m := interpolated.FindString(a); m != "" || strings.HasPrefix(a, "-p") || strings.Contains(a, " -p") || strings.Contains(a, "--password") {
+				t.Errorf("%s: a secret on a command line: %q", name, a)
+			}
+		}
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s publishes %q on every interface; publish on 127.0.0.1", name, p)
+			}
+		}
+	}
+	redis := strings.Join(c.Services["redis"].Command, " ")
+	if !strings.Contains(redis, "--maxmemory ") || !strings.Contains(redis, "--maxmemory-policy noeviction") {
+		t.Errorf("redis %q: want a memory cap and noeviction", redis)
+	}
+	sh := c.Services["shortener"]
+	if !strings.Contains(sh.Environment["SHORTENER_SCRAMBLE_KEY"], ":?") || flagValue(sh.Command, "base-url") == "" || flagValue(sh.Command, "max-links") == "" {
+		t.Errorf("the shortener must require SHORTENER_SCRAMBLE_KEY and get --base-url and --max-links: %v %v", sh.Command, sh.Environment)
+	}
+	for _, a := range sh.Command {
+		if a == "--dev" || strings.HasPrefix(a, "--dev=") || strings.HasPrefix(a, "--scramble=") {
+			t.Errorf("the shortener runs with %s", a)
+		}
+	}
+}
+
+// composeGrants runs deploy/mysql-init/ticketd-users.sh as the mysql image would (sourced, the
+// variables set), with a stand-in for the mysql client that prints the SQL it is given.
+func composeGrants(t *testing.T, dbPassword string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", `set -eo pipefail; mysql() { printf 'mysql %s\n' "$*"; cat; }; source mysql-init/ticketd-users.sh`)
+	cmd.Env = append(os.Environ(), "MYSQL_ROOT_PASSWORD=root-pw", "TICKETD_DB_PASSWORD="+dbPassword, "TICKETD_MIGRATE_PASSWORD=migrate-pw")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ticketd-users.sh: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// TestComposeDatabaseUsers: each ticket server gets the users script; `serve` connects as ticketd,
+// which may SELECT, INSERT and UPDATE and nothing else; `ticketd-init` (migrate and namespace create)
+// as ticketd_migrate; the root password reaches mysql through the environment; a password with quotes
+// is quoted as SQL.
+func TestComposeDatabaseUsers(t *testing.T) {
+	c := readCompose(t)
+	for _, name := range []string{"ticket-a", "ticket-b"} {
+		mounted := false
+		for _, v := range c.Services[name].Volumes {
+			mounted = mounted || strings.HasPrefix(v, "./deploy/mysql-init:/docker-entrypoint-initdb.d")
+		}
+		if !mounted {
+			t.Errorf("%s does not mount deploy/mysql-init into /docker-entrypoint-initdb.d", name)
+		}
+	}
+	user := func(service string) string {
+		dsn := c.Services[service].Environment["TICKETD_MYSQL"]
+		u, _, _ := strings.Cut(dsn, ":")
+		return u
+	}
+	if user("ticketd") != "ticketd" || user("ticketd-init") != "ticketd_migrate" {
+		t.Fatalf("serve connects as %q and ticketd-init as %q, want ticketd and ticketd_migrate", user("ticketd"), user("ticketd-init"))
+	}
+	for _, a := range c.Services["ticketd"].Command {
+		if a == "--auto-migrate" {
+			t.Error("serve runs --auto-migrate, which its user may not")
+		}
+	}
+	sql := composeGrants(t, `it's\secret`)
+	for _, want := range []string{
+		"mysql --protocol=socket -uroot",
+		`CREATE USER IF NOT EXISTS 'ticketd'@'%' IDENTIFIED BY 'it''s\\secret';`,
+		"GRANT SELECT, INSERT, UPDATE ON ticketd.* TO 'ticketd'@'%';",
+		"GRANT CREATE, ALTER, INDEX, SELECT, INSERT, UPDATE ON ticketd.* TO 'ticketd_migrate'@'%';",
+	} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("the users script lacks %s:\n%s", want, sql)
+		}
+	}
+	if strings.Contains(sql, "root-pw") || strings.Count(sql, "GRANT ") != 2 {
+		t.Errorf("the users script puts the root password on a command line, or grants more than twice:\n%s", sql)
 	}
 }
