@@ -30,7 +30,7 @@ func TestSecretsStayOutOfErrors(t *testing.T) {
 		{"a Redis URL with a bad port", nil, []string{"lease", "x", "--redis", "redis://tkd:SECRET-pw-one@host:notaport/0"}, "SECRET-pw-one"},
 		{"a Redis URL with a bad escape in the password", nil, []string{"lease", "x", "--redis", "redis://tkd:pw%zzSECRETtwo@host:1/0"}, "SECRETtwo"},
 		{"a Redis URL with a bad host", map[string]string{"TICKETD_REDIS": "rediss://:SECRET-pw-three@[::1"}, []string{"namespace", "create", "x"}, "SECRET-pw-three"},
-		{"a Redis URL to serve", map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}, []string{"serve", "--listen", "127.0.0.1:0", "--redis", "redis://tkd:SECRET-pw-four@host:notaport/0"}, "SECRET-pw-four"},
+		{"a Redis URL to serve", map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}, []string{"serve", "--redis", "redis://tkd:SECRET-pw-four@host:notaport/0"}, "SECRET-pw-four"},
 		{"a MySQL DSN with a bad port", nil, []string{"lease", "x", "--lease-timeout", "1s", "--attempt-timeout", "500ms", "--mysql", "tkd:SECRET-pw-five@tcp(127.0.0.1:notaport)/db"}, "SECRET-pw-five"},
 		{"a MySQL DSN with a bad parameter", nil, []string{"doctor", "--mysql", "tkd:SECRET-pw-six@tcp(127.0.0.1:1)/db?timeout=soon"}, "SECRET-pw-six"},
 		{"a token without NS= in the environment", map[string]string{"TICKETD_TOKENS": b64Token}, []string{"serve", "--data-dir", dir}, "c2VjcmV0"},
@@ -43,7 +43,7 @@ func TestSecretsStayOutOfErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			args := c.args
 			if args[0] == "serve" {
-				args = append(args, tls...)
+				args = append(append(args, tls...), "--listen", "127.0.0.1:0")
 			}
 			out, errOut, code := run(t, c.env, args...)
 			if code == 0 {
@@ -99,7 +99,7 @@ func TestTokenFileMustBePrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A serve that passes the check fails at once on the missing certificate, never serves.
-		_, errOut, code := run(t, nil, "serve", "--data-dir", dir, "--token-file", f, "--tls-cert", f+".pem", "--tls-key", f+".pem")
+		_, errOut, code := run(t, nil, "serve", "--data-dir", dir, "--token-file", f, "--tls-cert", f+".pem", "--tls-key", f+".pem", "--listen", "127.0.0.1:0")
 		if code != 2 || !strings.Contains(errOut, "chmod 600") || strings.Contains(errOut, e2eToken) {
 			t.Errorf("token file of mode %04o: exit %d %q", mode, code, errOut)
 		}
