@@ -23,12 +23,23 @@ type fleet struct {
 	tweak func(*Config)
 }
 
+// newFleet starts the pair and applies the schema once, as `ticketd migrate` would: the processes the
+// tests open do not migrate at every check, which would race a dump being reloaded (the reload drops
+// and creates each table; a check creating one between the two stops the reload).
 func newFleet(t *testing.T, tweak func(*Config)) *fleet {
 	pair := testenv.PrivatePair(t)
 	for _, m := range pair {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+		if _, err := MigrateDSN(context.Background(), m.DSN("ticketd")); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return &fleet{t: t, pair: pair, dsns: []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, tweak: tweak}
+	return &fleet{t: t, pair: pair, dsns: []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, tweak: func(c *Config) {
+		c.Migrate = false
+		if tweak != nil {
+			tweak(c)
+		}
+	}}
 }
 
 func (f *fleet) Open(t *testing.T) allocator.Backend { return openPair(t, f.dsns, f.tweak) }
@@ -40,10 +51,12 @@ func (f *fleet) Stop(i int) error { return f.pair[i].Stop() }
 func (f *fleet) Start(ctx context.Context, i int) error { return f.pair[i].Start(ctx) }
 
 // Backup dumps server i's ticketd database with mariadb-dump; restore reloads the dump with the
-// mariadb client into the running server.
+// mariadb client into the running server. The dump writes REPLACE, not INSERT: processes keep writing
+// water marks into the server while it is reloaded, and a row they wrote between the reload's CREATE
+// TABLE and its INSERT would stop a plain INSERT.
 func (f *fleet) Backup(ctx context.Context, i int) (func(context.Context) error, error) {
 	file := filepath.Join(f.t.TempDir(), fmt.Sprintf("dump-%d.sql", i))
-	out, err := f.pair[i].Client(ctx, "mariadb-dump", "--single-transaction", "--databases", "ticketd").Output()
+	out, err := f.pair[i].Client(ctx, "mariadb-dump", "--single-transaction", "--replace", "--databases", "ticketd").Output()
 	if err != nil {
 		return nil, fmt.Errorf("mariadb-dump: %w", err)
 	}

@@ -216,7 +216,7 @@ func TestRepairRefusesAHealthyServer(t *testing.T) {
 func TestRollbackWithinTheMarkInterval(t *testing.T) {
 	f := newFleet(t, nil)
 	ctx := context.Background()
-	p1 := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval = time.Hour })
+	p1 := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval, c.Migrate = time.Hour, false })
 	if _, err := p1.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestRollbackWithinTheMarkInterval(t *testing.T) {
 	if err := restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p2 := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond })
+	p2 := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval, c.Migrate = 50*time.Millisecond, false })
 	if h := healthOf(p2, nameB); !h.Healthy {
 		t.Fatalf("within the interval the new process cannot see the rollback, yet B is %+v", h)
 	}
