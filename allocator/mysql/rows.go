@@ -44,9 +44,16 @@ func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
 	return s.queryRows(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset")
 }
 
-// ownRows reads the rows of the server of the given offset: the ones it leases from.
-func (s *server) ownRows(ctx context.Context, offset int64) ([]rowSettings, error) {
-	return s.queryRows(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name", offset)
+// ownRows reads the rows of the server of the given offset: the ones it leases from. On a Galera node
+// (galera) the read first waits until the node has committed every write the cluster ordered before it
+// (wsrep_sync_wait): the cluster orders a lease before the node that took it commits it, so a peer can
+// apply it first, and a peer's copy read just before would otherwise be ahead of the row read here.
+func (s *server) ownRows(ctx context.Context, offset int64, galera bool) ([]rowSettings, error) {
+	query := "SELECT " + rowColumns + " FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name"
+	if galera {
+		query = "SET STATEMENT wsrep_sync_wait = 1 FOR " + query
+	}
+	return s.queryRows(ctx, query, offset)
 }
 
 func (s *server) queryRows(ctx context.Context, query string, args ...any) ([]rowSettings, error) {

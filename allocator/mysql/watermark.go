@@ -151,10 +151,10 @@ func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) err
 	return nil
 }
 
-// checkFence compares s's counters (made for the settings v) with marks. A counter below a mark, or a
-// row missing although a mark says the server issued from it, fences s.
+// checkFence compares s's counters (made for the settings v) with marks, read before them. A counter
+// below a mark, or a row missing although a mark says the server issued from it, fences s.
 func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]multi.Mark) error {
-	rows, err := s.ownRows(ctx, v.offset)
+	rows, err := s.ownRows(ctx, v.offset, v.galera)
 	if err != nil {
 		return err
 	}
