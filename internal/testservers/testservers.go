@@ -386,7 +386,9 @@ func redisPing(addr string) error {
 }
 
 // PidAlive reports whether pid names a running process. It reads /proc/PID/stat because a killed
-// process can linger as a zombie that kill(pid, 0) still reports.
+// process can linger as a zombie that kill(pid, 0) still reports. A zombie counts as dead only once its
+// other threads have exited too: the main thread of a killed server can be a zombie while the others
+// still hold its files, its listening socket among them.
 func PidAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -398,8 +400,11 @@ func PidAlive(pid int) bool {
 	if i < 0 || i+2 >= len(s) {
 		return false
 	}
-	state := s[i+2]
-	return state != 'Z' && state != 'X'
+	if state := s[i+2]; state != 'Z' && state != 'X' {
+		return true
+	}
+	threads, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err == nil && len(threads) > 1
 }
 
 // FreePort returns a free loopback port that stays this process's for as long as it runs: a server
