@@ -84,7 +84,7 @@ func orEmpty(prefix, s string) string {
 
 func (g *GenReport) markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
-	p("## Making IDs (`ticketd bench gen`)\n\n")
+	p("## Making IDs (`ticketd-bench gen`)\n\n")
 	p("One process, one generator per scheme shared by every goroutine. *ns/ID* is wall time per ID on one goroutine and on all cores; ")
 	p("*ceiling* is the better of the two rates; *allocs* are heap allocations per ID on one goroutine; ")
 	p("*out of order* is the share of consecutive IDs, in the order several goroutines received them, that sort below the one before.\n\n")
@@ -169,7 +169,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func (b *BTreeReport) markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
-	p("## What each key does to a B-tree (`ticketd bench btree`)\n\n")
+	p("## What each key does to a B-tree (`ticketd-bench btree`)\n\n")
 	p("%s rows per table on %s, INSERTs of %s rows on one connection, the same for every table. ", count(b.RowsPerTable), b.Server, count(b.Batch))
 	p("Each table: the key, `created_at BIGINT` (indexed, in insertion order) and `amount INT`. ")
 	p("*rows/s* counts time inside INSERT statements only; *fill* is the clustered index's size after `ALTER TABLE … FORCE` over its size as inserted ")
@@ -210,7 +210,7 @@ func (b *BTreeReport) markdown(w io.Writer) {
 
 func (l *LoadReport) markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
-	p("## Load on the ticket servers (`ticketd bench load`)\n\n")
+	p("## Load on the ticket servers (`ticketd-bench load`)\n\n")
 	p("Loopback only. *closed*: N clients, each sending its next request when the last one returns. ")
 	p("*open*: requests sent at a fixed rate (half the case's best closed-loop rate, at most %s/s), latency counted from when each should have been sent. ", count(int64(maxOpenRate)))
 	p("*ops/s* are successful requests (leases, or tickets for Flickr's REPLACE INTO), *IDs/s* the IDs they carried. ")

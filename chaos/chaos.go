@@ -203,7 +203,7 @@ func (f FaultResult) problem() string {
 	return ""
 }
 
-// Summary is the run's result; its JSON is the last line `ticketd chaos` prints. The figures at its top
+// Summary is the run's result; its JSON is the last line `ticketd-bench chaos` prints. The figures at its top
 // add up those of Backends; the longest stall is the longest of any.
 type Summary struct {
 	Figures

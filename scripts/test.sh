@@ -37,7 +37,7 @@ if (($# == 0)); then
   # The chaos run, short form: ≥1M IDs through two replicas while servers are killed, restored and
   # reconfigured and the network misbehaves; it exits non-zero on any duplicate or parity violation,
   # and when a restored server is not fenced.
-  stage chaos go run ./cmd/ticketd chaos --duration "${TICKETD_CHAOS_DURATION:-60s}" --min-ids 1000000
+  stage chaos go run ./cmd/ticketd-bench chaos --duration "${TICKETD_CHAOS_DURATION:-60s}" --min-ids 1000000
 fi
 if ((${#failed[@]})); then
   echo "test.sh: FAILED: ${failed[*]}" >&2

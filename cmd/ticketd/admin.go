@@ -12,6 +12,7 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/cliflag"
 )
 
 func init() {
@@ -83,7 +84,7 @@ type leaseCmd struct {
 
 func (c *leaseCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
-	fs.Var(int64Flag{&c.size, 0, allocator.MaxBlockSizeLimit}, "n", "`SIZE` of the block; 0 means the namespace's block size")
+	fs.Var(cliflag.Int64(&c.size, 0, allocator.MaxBlockSizeLimit), "n", "`SIZE` of the block; 0 means the namespace's block size")
 }
 
 func (c *leaseCmd) run(ctx context.Context, m *Main, args []string) error {
@@ -124,9 +125,9 @@ type nsCreateCmd struct {
 
 func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
-	fs.Var(int64Flag{&c.blockSize, 0, allocator.MaxBlockSizeLimit}, "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
-	fs.Var(int64Flag{&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit}, "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
-	fs.Var(int64Flag{&c.start, 0, math.MaxInt64}, "start", "lowest `ID` to issue, to begin above IDs a table already has (0: 1)")
+	fs.Var(cliflag.Int64(&c.blockSize, 0, allocator.MaxBlockSizeLimit), "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
+	fs.Var(cliflag.Int64(&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit), "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
+	fs.Var(cliflag.Int64(&c.start, 0, math.MaxInt64), "start", "lowest `ID` to issue, to begin above IDs a table already has (0: 1)")
 	fs.DurationVar(&c.ttl, "lease-ttl", 0, "how long a leased block may be used; 0 means forever")
 	fs.BoolVar(&c.existsOK, "exists-ok", false, "succeed when the namespace exists already (its settings are left as they are)")
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -13,104 +11,8 @@ import (
 	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/allocator/redis"
+	"github.com/ticketd/ticketd/internal/cliflag"
 )
-
-// envName is the environment variable that a flag falls back to: --data-dir reads TICKETD_DATA_DIR.
-// One-letter flags have none.
-func envName(flagName string) string {
-	if len(flagName) < 2 {
-		return ""
-	}
-	return "TICKETD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// secretFlags are the flags whose values may hold a token or a password: no message quotes them.
-var secretFlags = map[string]bool{"admin-token": true, "token": true, "tokens": true, "metrics-token": true,
-	"mysql": true, "redis": true}
-
-// applyEnv sets every flag not given on the command line from its environment variable, and names the
-// variable in the flag's help.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := envName(f.Name)
-		if name == "" || given[f.Name] || err != nil {
-			return
-		}
-		if v := getenv(name); v != "" {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				shown := fmt.Sprintf("%q", v)
-				if secretFlags[f.Name] {
-					shown = "(not shown: it may hold a secret)"
-				}
-				err = fmt.Errorf("environment %s=%s: %v", name, shown, serr)
-			}
-		}
-	})
-	return err
-}
-
-// describeEnv appends each flag's environment variable to its help text.
-func describeEnv(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		if name := envName(f.Name); name != "" && !strings.Contains(f.Usage, "$"+name) {
-			f.Usage += " ($" + name + ")"
-		}
-	})
-}
-
-// explainedValue is a flag value whose parse error says what form the value takes: the flag package
-// says only "parse error".
-type explainedValue struct {
-	flag.Value
-	want string
-}
-
-func (v explainedValue) Set(s string) error {
-	if err := v.Value.Set(s); err != nil {
-		return errors.New("want " + v.want)
-	}
-	return nil
-}
-
-func (v explainedValue) IsBoolFlag() bool {
-	b, ok := v.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// explainValues wraps the duration, bool and number flags of fs in explainedValue, and returns a
-// function that puts the originals back (flag.PrintDefaults names a flag's type from its own value).
-func explainValues(fs *flag.FlagSet) (restore func()) {
-	var wrapped []*flag.Flag
-	fs.VisitAll(func(f *flag.Flag) {
-		g, ok := f.Value.(flag.Getter)
-		if !ok {
-			return
-		}
-		var want string
-		switch g.Get().(type) {
-		case time.Duration:
-			want = "a duration with a unit, like 10m, 1h30m or 500ms"
-		case bool:
-			want = "true or false"
-		case int, int64, uint, uint64:
-			want = "a whole number"
-		case float64:
-			want = "a number"
-		default:
-			return
-		}
-		f.Value = explainedValue{f.Value, want}
-		wrapped = append(wrapped, f)
-	})
-	return func() {
-		for _, f := range wrapped {
-			f.Value = f.Value.(explainedValue).Value
-		}
-	}
-}
 
 // backendFlags choose and open the ticket backend: the MySQL pair when --mysql is given, Redis
 // instances when --redis is given, otherwise the embedded store in --data-dir.
@@ -151,7 +53,7 @@ func (b *backendFlags) validate() error {
 	if b.mysql != "" && b.redis != "" {
 		return usagef("--mysql and --redis both given; choose one ticket backend")
 	}
-	if b.redis != "" && len(splitList(b.redis)) == 0 {
+	if b.redis != "" && len(cliflag.SplitList(b.redis)) == 0 {
 		return usagef("--redis %q names no instance", b.redis)
 	}
 	if b.kind() == "embedded" && strings.TrimSpace(b.dataDir) == "" {
@@ -171,18 +73,7 @@ func (b *backendFlags) kind() string {
 	return "embedded"
 }
 
-func (b *backendFlags) dsns() []string { return splitList(b.mysql) }
-
-// splitList splits a comma-separated flag value, dropping blanks.
-func splitList(v string) []string {
-	var out []string
-	for _, d := range strings.Split(v, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			out = append(out, d)
-		}
-	}
-	return out
-}
+func (b *backendFlags) dsns() []string { return cliflag.SplitList(b.mysql) }
 
 // createOnLease reports whether a lease may create its namespace.
 func (b *backendFlags) createOnLease() bool {
@@ -197,7 +88,7 @@ func (b *backendFlags) mysqlConfig(logger *slog.Logger, obs allocator.Observer) 
 
 // redisConfig is the Redis store's configuration from the flags.
 func (b *backendFlags) redisConfig(logger *slog.Logger, obs allocator.Observer) redis.Config {
-	return redis.Config{Addrs: splitList(b.redis), AllowVolatile: b.allowVolatile,
+	return redis.Config{Addrs: cliflag.SplitList(b.redis), AllowVolatile: b.allowVolatile,
 		Timeout: b.timeout, AttemptTimeout: b.attemptTimeout, Logger: logger, Observer: obs}
 }
 
@@ -242,29 +133,4 @@ func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, o
 	}
 	m.onClose(be.Close)
 	return be, nil
-}
-
-// int64Flag is an int64 flag that rejects values outside [min, max] with a message naming the range.
-type int64Flag struct {
-	v        *int64
-	min, max int64
-}
-
-func (f int64Flag) String() string {
-	if f.v == nil {
-		return "0"
-	}
-	return fmt.Sprint(*f.v)
-}
-
-func (f int64Flag) Set(s string) error {
-	var v int64
-	if _, err := fmt.Sscan(s, &v); err != nil || fmt.Sprint(v) != strings.TrimPrefix(s, "+") {
-		return fmt.Errorf("%q is not a whole number", s)
-	}
-	if v < f.min || v > f.max {
-		return fmt.Errorf("%d is outside %d..%d", v, f.min, f.max)
-	}
-	*f.v = v
-	return nil
 }

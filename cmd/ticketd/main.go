@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/cliflag"
 )
 
 func main() {
@@ -113,57 +114,20 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.SetOutput(io.Discard) // parse errors are reported once, by exitCode
 	cmd.flags(fs)
 	_, exempt := cmd.(noEnvFallback)
-	if !exempt {
-		describeEnv(fs)
-	}
-	restore := explainValues(fs)
-	if err := fs.Parse(interleave(fs, args[1:])); err != nil {
+	if err := cliflag.Parse(fs, args[1:], !exempt); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			restore() // the help names each flag's type from its own value
 			m.help(fs, name, info, !exempt)
 			return errHelp
 		}
 		return usagef("%s: %v", name, err)
 	}
-	if _, exempt := cmd.(noEnvFallback); !exempt {
-		if err := applyEnv(fs, m.Getenv); err != nil {
+	if !exempt {
+		if err := cliflag.ApplyEnv(fs, m.Getenv); err != nil {
 			return usageError{err.Error()}
 		}
 	}
 	m.cmd, m.args = cmd, fs.Args()
 	return nil
-}
-
-// interleave moves flags that follow positional arguments in front of them, so that both
-// `ticketd lease orders -n 10` and `ticketd lease -n 10 orders` work.
-func interleave(fs *flag.FlagSet, args []string) []string {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			pos = append(pos, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
-			flags = append(flags, args[i+1])
-			i++
-		}
-	}
-	return append(flags, pos...)
-}
-
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
 }
 
 // Run runs the chosen subcommand.
@@ -242,10 +206,8 @@ func (m *Main) usage() {
 
 // help prints a command's usage: its summary, its subcommands if it has any, and its flags if it has any.
 func (m *Main) help(fs *flag.FlagSet, name string, info commandInfo, env bool) {
-	flags := 0
-	fs.VisitAll(func(*flag.Flag) { flags++ })
 	usage := "ticketd " + name
-	if flags > 0 {
+	if cliflag.HasFlags(fs) {
 		usage += " [flags]"
 	}
 	if info.args != "" {
@@ -259,16 +221,7 @@ func (m *Main) help(fs *flag.FlagSet, name string, info commandInfo, env bool) {
 		}
 		fmt.Fprintf(m.Stderr, "\nRun `ticketd %s COMMAND --help` for a command's flags.\n", name)
 	}
-	if flags == 0 {
-		return
-	}
-	if env {
-		fmt.Fprintln(m.Stderr, "\nFlags (each also read from the environment variable shown):")
-	} else {
-		fmt.Fprintln(m.Stderr, "\nFlags (read from the command line only):")
-	}
-	fs.SetOutput(m.Stderr)
-	fs.PrintDefaults()
+	cliflag.PrintFlags(m.Stderr, fs, env)
 }
 
 // subcommands returns the sorted names of the commands under name: "namespace" has create, get, ….

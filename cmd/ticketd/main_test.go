@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 
@@ -119,7 +117,7 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 		{"env duration without a unit", map[string]string{"TICKETD_LEASE_TIMEOUT": "5"}, []string{"lease", "x"}, 2,
 			`TICKETD_LEASE_TIMEOUT="5": want a duration with a unit, like 10m, 1h30m or 500ms`},
 		{"env bool", map[string]string{"TICKETD_AUTO_MIGRATE": "yes"}, []string{"lease", "x"}, 2, `TICKETD_AUTO_MIGRATE="yes": want true or false`},
-		{"number", nil, []string{"bench", "--rows", "many"}, 2, `invalid value "many" for flag -rows: want a whole number`},
+		{"number", nil, []string{"serve", "--max-connections", "many"}, 2, `invalid value "many" for flag -max-connections: want a whole number`},
 		{"bad timeout", nil, []string{"lease", "--data-dir", dir, "--lease-timeout", "1ns", "x"}, 2, "between 10ms and 10m"},
 		{"bad settings", nil, []string{"namespace", "create", "--data-dir", dir, "--block-size", "10", "--max-block-size", "5", "y"}, 2, "block_size 10 must be between 1 and max_block_size 5"},
 		{"unknown namespace subcommand", nil, []string{"namespace", "drop", "x"}, 2, "namespace drop"},
@@ -246,42 +244,5 @@ func TestCommandsOnThePair(t *testing.T) {
 	var ns api.Namespace
 	if code != 0 || json.Unmarshal([]byte(out), &ns) != nil || len(ns.Servers) != 2 {
 		t.Fatalf("get: %s", out)
-	}
-}
-
-func TestChaosIgnoresTheEnvironment(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
-		return map[string]string{"TICKETD_MYSQL": "root@tcp(prod:3306)/ticketd", "TICKETD_DURATION": "nonsense"}[k]
-	}}
-	if err := m.ParseFlags(context.Background(), []string{"chaos", "--duration", "2s"}); err != nil {
-		t.Fatal(err)
-	}
-	if c := m.cmd.(*chaosCmd); c.mysql != "" {
-		t.Fatalf("chaos took --mysql %q from the environment", c.mysql)
-	}
-}
-
-// TestChaosRefusesBadBackends: the backends are checked before any server starts.
-func TestChaosRefusesBadBackends(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--backends", "mysql,oracle"}, `unknown backend "oracle"`},
-		{[]string{"--backends", " , "}, "names no backend"},
-		{[]string{"--backends", "redis", "--mysql", "root@tcp(127.0.0.1:1)/ticketd"}, "leaves out"},
-	} {
-		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			m := &Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
-			if err := m.ParseFlags(context.Background(), append([]string{"chaos"}, c.args...)); err != nil {
-				t.Fatal(err)
-			}
-			err := m.Run(context.Background())
-			var ue usageError
-			if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Run: %v, want a usage error saying %q", err, c.want)
-			}
-		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/cliflag"
 )
 
 func init() {
@@ -156,9 +157,9 @@ type adoptCmd struct {
 func (c *adoptCmd) flags(fs *flag.FlagSet) {
 	c.register(fs)
 	fs.StringVar(&c.table, "flickr-table", "Tickets64", "the per-ID ticket table to take over from, in each DSN's database")
-	fs.Var(int64Flag{&c.margin, 0, math.MaxInt64 / 4}, "margin", "how many `IDS` to skip above the highest ticket, for tickets issued while clients switch over")
-	fs.Var(int64Flag{&c.blockSize, 0, allocator.MaxBlockSizeLimit}, "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
-	fs.Var(int64Flag{&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit}, "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
+	fs.Var(cliflag.Int64(&c.margin, 0, math.MaxInt64/4), "margin", "how many `IDS` to skip above the highest ticket, for tickets issued while clients switch over")
+	fs.Var(cliflag.Int64(&c.blockSize, 0, allocator.MaxBlockSizeLimit), "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
+	fs.Var(cliflag.Int64(&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit), "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
 }
 
 func (c *adoptCmd) run(ctx context.Context, m *Main, args []string) error {

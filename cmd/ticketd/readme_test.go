@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ticketd/ticketd/internal/cliflag"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
@@ -78,7 +79,7 @@ func TestConfigurationReferenceIsComplete(t *testing.T) {
 			if !strings.Contains(ref, "`"+dashes+f.Name) {
 				t.Errorf("%s: flag %s%s is not in the README's configuration reference", name, dashes, f.Name)
 			}
-			if env := envName(f.Name); env != "" && !noEnv && !strings.Contains(ref, env) {
+			if env := cliflag.EnvName(f.Name); env != "" && !noEnv && !strings.Contains(ref, env) {
 				t.Errorf("%s: %s (for --%s) is not in the README's configuration reference", name, env, f.Name)
 			}
 		})

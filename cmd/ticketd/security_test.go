@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -140,30 +138,4 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 	}
 	mustCall(t, 404, "GET", "http://"+addr+"/v1/namespaces", e2eAdmin, "")
 	mustCall(t, 404, "GET", "http://"+addr+"/", e2eAdmin, "")
-}
-
-// refusing is a flag value that refuses every value, as a secret flag's would if it checked them.
-type refusing struct{}
-
-func (refusing) String() string     { return "" }
-func (refusing) Set(s string) error { return errors.New("not a valid value") }
-
-// TestEnvironmentErrorsQuoteNoSecret: a value from the environment that a flag refuses is quoted in
-// the error, unless the flag may hold a secret (a token, a DSN, a Redis URL).
-func TestEnvironmentErrorsQuoteNoSecret(t *testing.T) {
-	for name := range secretFlags {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.Var(refusing{}, name, "")
-		fs.Var(refusing{}, "log-level", "")
-		env := map[string]string{envName(name): "SECRET-value-0123456789"}
-		err := applyEnv(fs, func(k string) string { return env[k] })
-		if err == nil || strings.Contains(err.Error(), "SECRET") || !strings.Contains(err.Error(), envName(name)) {
-			t.Errorf("--%s: %v", name, err)
-		}
-	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.Var(refusing{}, "log-level", "")
-	if err := applyEnv(fs, func(string) string { return "loud" }); err == nil || !strings.Contains(err.Error(), `"loud"`) {
-		t.Errorf("a value that holds no secret is not quoted: %v", err)
-	}
 }

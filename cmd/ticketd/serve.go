@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/cliflag"
 	"github.com/ticketd/ticketd/server"
 )
 
@@ -81,8 +82,8 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	fs.BoolVar(&c.cache, "cache", true, "serve blocks from segments leased ahead (set --cache=false to lease every block from the ticket servers)")
 	fs.DurationVar(&c.cacheTarget, "cache-target", 10*time.Second, "how long a cached segment should last; its size adapts to the rate")
-	fs.Var(int64Flag{&c.cacheMin, 1, allocator.MaxBlockSizeLimit}, "cache-min", "smallest cached segment, in `IDS` (default 10000)")
-	fs.Var(int64Flag{&c.cacheMax, 1, allocator.MaxBlockSizeLimit}, "cache-max", "largest cached segment, in `IDS`, also bounded by the namespace's max_block_size (default 16777216)")
+	fs.Var(cliflag.Int64(&c.cacheMin, 1, allocator.MaxBlockSizeLimit), "cache-min", "smallest cached segment, in `IDS` (default 10000)")
+	fs.Var(cliflag.Int64(&c.cacheMax, 1, allocator.MaxBlockSizeLimit), "cache-max", "largest cached segment, in `IDS`, also bounded by the namespace's max_block_size (default 16777216)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 0, "requests per second per token (per client address with --no-auth) on the routes that take a token, /v1 and the status page /; 0 means no limit")
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "requests a token may send at once above --rate-limit (0: the rate, at least 1)")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log every request (otherwise only failed ones)")

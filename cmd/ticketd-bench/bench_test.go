@@ -15,11 +15,11 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
-// benchRun runs `ticketd bench` with tiny sizes and returns the report it wrote.
+// benchRun runs `ticketd-bench` with tiny sizes and returns the report it wrote.
 func benchRun(t *testing.T, env map[string]string, args ...string) (*bench.Report, string) {
 	t.Helper()
 	dir := t.TempDir()
-	args = append([]string{"bench", "--quick", "--json", "--out", dir, "--duration", "50ms"}, args...)
+	args = append([]string{"--quick", "--json", "--out", dir, "--duration", "50ms"}, args...)
 	out, errOut, code := run(t, env, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -46,7 +46,7 @@ func benchRun(t *testing.T, env map[string]string, args ...string) (*bench.Repor
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Command != stdout.Command || !strings.HasPrefix(rep.Command, "ticketd bench ") {
+	if rep.Command != stdout.Command || !strings.HasPrefix(rep.Command, "ticketd-bench ") {
 		t.Fatalf("command %q (stdout says %q)", rep.Command, stdout.Command)
 	}
 	if rep.Machine.Cores < 1 || rep.Machine.GoVersion == "" || rep.Date.IsZero() {
@@ -197,11 +197,11 @@ func TestBenchBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "btree"}, "needs the ticket server pair"},
-		{[]string{"bench", "speed"}, `unknown part "speed"`},
-		{[]string{"bench", "--clients", "1,x", "gen"}, "--clients"},
-		{[]string{"bench", "--mysql", "root@tcp(192.168.7.7:3306)/", "load"}, "not a loopback address"},
-		{[]string{"bench", "--rows", "5", "gen"}, "rows 5"},
+		{[]string{"btree"}, "needs the ticket server pair"},
+		{[]string{"speed"}, `unknown part "speed"`},
+		{[]string{"--clients", "1,x", "gen"}, "--clients"},
+		{[]string{"--mysql", "root@tcp(192.168.7.7:3306)/", "load"}, "not a loopback address"},
+		{[]string{"--rows", "5", "gen"}, "rows 5"},
 	}
 	for _, tt := range tests {
 		_, errOut, code := run(t, nil, tt.args...)

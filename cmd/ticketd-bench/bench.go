@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/bench"
+	"github.com/ticketd/ticketd/internal/cliflag"
 )
 
 func init() {
-	register(commandInfo{name: "bench", args: "[gen] [btree] [load]",
+	commands["bench"] = commandInfo{usage: "ticketd-bench [flags] [gen] [btree] [load]",
 		summary: "Measure ticketd against Snowflake, UUID, ULID, xid and KSUID: ID generation (gen), what each key does " +
 			"to an InnoDB B-tree (btree), and load on the ticket servers (load). With no part named, runs gen, and btree " +
 			"and load too when --mysql is given. Writes report.md, report.json and PNG charts to --out; load goes to " +
 			"loopback servers only.",
-		new: func() command { return &benchCmd{} }})
+		new: func() command { return &benchCmd{} }}
 }
 
 type benchCmd struct {
@@ -56,14 +57,14 @@ var dsnPassword = regexp.MustCompile(`:[^:@/()]*@`)
 // commandLine rebuilds the command from the flags that were set (on the command line or from the
 // environment), passwords hidden, for the report.
 func (c *benchCmd) commandLine(parts []string) string {
-	args := []string{"ticketd", "bench"}
+	args := []string{"ticketd-bench"}
 	args = append(args, parts...)
 	c.fs.Visit(func(f *flag.Flag) {
 		v := f.Value.String()
 		if f.Name == "mysql" || f.Name == "galera" {
 			v = dsnPassword.ReplaceAllString(v, ":***@")
 		}
-		if isBool(f) {
+		if cliflag.IsBool(f) {
 			args = append(args, "--"+f.Name)
 			return
 		}
@@ -85,17 +86,17 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 	}
 	for _, p := range parts {
 		if p != "gen" && p != "btree" && p != "load" {
-			return usagef("bench: unknown part %q (want gen, btree or load)", p)
+			return usagef("unknown part %q (want gen, btree or load)", p)
 		}
 		if p != "gen" && c.mysql == "" {
-			return usagef("bench %s needs the ticket server pair: give --mysql DSN,DSN (servers on loopback)", p)
+			return usagef("%s needs the ticket server pair: give --mysql DSN,DSN (servers on loopback)", p)
 		}
 	}
 	if c.duration < 0 || c.rows < 0 || c.batch < 0 {
-		return usagef("bench: --duration, --rows and --batch must not be negative")
+		return usagef("--duration, --rows and --batch must not be negative")
 	}
 	if strings.TrimSpace(c.out) == "" {
-		return usagef("bench: --out must name a directory")
+		return usagef("--out must name a directory")
 	}
 	opts := bench.Options{Duration: c.duration, Rows: c.rows, Batch: c.batch, Redis: c.redis, Quick: c.quick,
 		Command: c.commandLine(args)}
@@ -105,7 +106,7 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 		}
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			return usagef("bench: --clients %q: each count must be a whole number of at least 1", c.clients)
+			return usagef("--clients %q: each count must be a whole number of at least 1", c.clients)
 		}
 		opts.Clients = append(opts.Clients, n)
 	}
@@ -114,9 +115,9 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 			opts.MySQL = append(opts.MySQL, d)
 		}
 	}
-	opts.Galera = splitList(c.galera)
+	opts.Galera = cliflag.SplitList(c.galera)
 	if len(opts.Galera) > 0 && len(opts.Galera) < 2 {
-		return usagef("bench: --galera names the nodes of a cluster: give at least two DSNs")
+		return usagef("--galera names the nodes of a cluster: give at least two DSNs")
 	}
 	// The progress line goes to stderr: rewritten in place on a terminal, a line a step elsewhere.
 	opts.Progress = m.Stderr

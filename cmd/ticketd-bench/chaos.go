@@ -14,15 +14,16 @@ import (
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/chaos"
+	"github.com/ticketd/ticketd/internal/cliflag"
 )
 
 func init() {
-	register(commandInfo{name: "chaos",
+	commands["chaos"] = commandInfo{usage: "ticketd-bench chaos [flags]",
 		summary: "Draw IDs through two ticketd replicas of each backend while faults run, and check that none is issued twice. " +
 			"64 SDK clients per backend by default; faults: a server SIGKILLed and restarted, 200 ms latency, replies lost after the lease committed, connection resets (toxiproxy, in-process, loopback), a replica restarted, " +
 			"a namespace's start advanced while a server is down, and what operators do: a dump reloaded into a running MariaDB, a cold copy of a data directory put back, auto_increment_increment changed on running servers, a Redis instance's data lost, a replica given the Redis instances in the other order. " +
 			"Starts throwaway servers unless --mysql is given; its flags have no environment fallback. The last line of output is a JSON summary; the exit status is 1 when any ID was issued twice, broke parity or an advanced start, a restored server was not fenced, a misconfigured one not refused, or too few IDs were drawn.",
-		new: func() command { return &chaosCmd{} }})
+		new: func() command { return &chaosCmd{} }}
 }
 
 type chaosCmd struct {
@@ -44,7 +45,7 @@ func (c *chaosCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.dir, "dir", "", "`directory` for the throwaway servers (default: a new temporary one)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "how long the clients draw IDs")
 	fs.IntVar(&c.clients, "clients", 64, "SDK clients of each backend, each with its own cache")
-	fs.Var(int64Flag{&c.minIDs, 1, math.MaxInt32}, "min-ids", "the `number` of IDs the run must draw from each backend (default 1000000)")
+	fs.Var(cliflag.Int64(&c.minIDs, 1, math.MaxInt32), "min-ids", "the `number` of IDs the run must draw from each backend (default 1000000)")
 	fs.Float64Var(&c.rate, "rate", 0, "IDs per second, all clients of one backend together (0: 1.5 × min-ids / duration)")
 }
 
@@ -67,7 +68,7 @@ func (c *chaosCmd) run(ctx context.Context, m *Main, args []string) error {
 	if c.minIDs == 0 {
 		c.minIDs = 1_000_000
 	}
-	dsns, backends := splitList(c.mysql), splitList(c.backends)
+	dsns, backends := cliflag.SplitList(c.mysql), cliflag.SplitList(c.backends)
 	for _, b := range backends {
 		if !slices.Contains(chaos.Backends, b) {
 			return usagef("--backends: unknown backend %q; choose from %s", b, strings.Join(chaos.Backends, ", "))
