@@ -76,14 +76,14 @@ func loadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) ([]
 	cases = append(cases, loadCase{
 		name: "Flickr REPLACE INTO, one ID per call (" + servers + ")",
 		open: func(ctx context.Context) (func(context.Context) (int64, error), func(), error) {
-			p, err := env.openPair(ctx, env.dsns)
+			f, err := openFlickrTickets(ctx, env.dsns, maxConns, opTimeout)
 			if err != nil {
 				return nil, nil, err
 			}
 			return func(ctx context.Context) (int64, error) {
-				_, _, err := p.Ticket(ctx)
+				_, _, err := f.Ticket(ctx)
 				return 1, err
-			}, func() { _ = p.Close() }, nil
+			}, f.Close, nil
 		},
 	})
 	return cases, skipped, nil

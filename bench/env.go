@@ -122,11 +122,14 @@ func execOn(ctx context.Context, dsn string, stmts ...string) error {
 	return nil
 }
 
+// maxConns bounds each server's connections, for the pair and for Flickr's tickets alike.
+const maxConns = 128
+
 // openPair opens a backend on the given servers of the run's database (one server or both).
 func (e *mysqlEnv) openPair(ctx context.Context, dsns []string) (*mysql.Pair, error) {
 	// The pair may take as long as a load case's request (opTimeout) before it gives up: a slow lease on
 	// a busy machine is a latency to measure, not an error.
-	return mysql.Open(ctx, mysql.Config{DSNs: dsns, Logger: e.quiet, MaxConns: 128, Timeout: opTimeout, AttemptTimeout: opTimeout / 2})
+	return mysql.Open(ctx, mysql.Config{DSNs: dsns, Logger: e.quiet, MaxConns: maxConns, Timeout: opTimeout, AttemptTimeout: opTimeout / 2})
 }
 
 // namespace creates a namespace for one measurement (a fresh name each time) and returns its name.

@@ -32,9 +32,13 @@ func TestMigrationsAreNumberedAndParse(t *testing.T) {
 		}
 		all += m.SQL
 	}
-	for _, table := range []string{"ticketd_namespaces", "Tickets64"} {
-		if !strings.Contains(all, "CREATE TABLE IF NOT EXISTS "+table) {
-			t.Errorf("no CREATE TABLE for %s", table)
+	if !strings.Contains(all, "CREATE TABLE IF NOT EXISTS ticketd_namespaces") {
+		t.Errorf("no CREATE TABLE for ticketd_namespaces")
+	}
+	// Flickr's Tickets64 is the benchmark's baseline, or an operator's table to adopt: never ticketd's.
+	for _, stmt := range schema.Statements(all) {
+		if strings.Contains(strings.ToLower(stmt), "tickets64") {
+			t.Errorf("a migration touches Tickets64: %s", stmt)
 		}
 	}
 }

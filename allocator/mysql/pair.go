@@ -374,49 +374,6 @@ func (p *Pair) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Ticket issues one ID the way Flickr's ticket servers do: REPLACE INTO Tickets64 on the next usable
-// server, one statement per ID. It exists so that per-ID tickets can be compared with block leases on
-// the same servers.
-func (p *Pair) Ticket(ctx context.Context) (id int64, server string, err error) {
-	if p.set.Closed() {
-		return 0, "", allocator.ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	var errs []error
-	for _, s := range p.set.Order("") {
-		if !s.Usable() && !s.Due(p.cfg.now()) {
-			continue
-		}
-		if !s.Usable() {
-			if err := s.Revive(ctx); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		actx, acancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
-		res, err := s.db.ExecContext(actx, "REPLACE INTO Tickets64 (stub) VALUES ('a')")
-		acancel()
-		if err == nil {
-			id, err = res.LastInsertId()
-		}
-		if err == nil {
-			return id, s.Name(), nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-		if isDeadlock(err) {
-			return 0, s.Name(), err // a request error under contention, not a dead server
-		}
-		s.MarkDown(err)
-	}
-	return 0, "", fmt.Errorf("%w: ticket: %w", allocator.ErrUnavailable, errors.Join(errs...))
-}
-
-func isDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
-}
-
 // ServerName is the name a server gets from its DSN when Config.Names is empty: its host:port.
 func ServerName(dsn string) string {
 	mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))

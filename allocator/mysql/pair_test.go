@@ -4,12 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,51 +130,6 @@ func TestLeaseIsOneStatementOneRoundTrip(t *testing.T) {
 	after = comCounters(t, plain)
 	if delta("Com_stmt_prepare") != 1 || delta("Com_stmt_close") != 1 {
 		t.Errorf("control: plain Exec did not prepare and close (%v → %v); the counters do not show round trips", before, after)
-	}
-}
-
-func TestTicketsParityAndUniqueness(t *testing.T) {
-	dsns := testenv.Pair(t)
-	p := openPair(t, dsns, nil)
-	ctx := context.Background()
-	names := p.Servers()
-	ids := allocatortest.NewIDSet(4000)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 250 {
-				id, srv, err := p.Ticket(ctx)
-				if err != nil {
-					if isDeadlock(err) {
-						continue // Flickr's scheme deadlocks under contention; counted by the benchmark
-					}
-					failed.Store(err)
-					return
-				}
-				want := int64(1)
-				if srv == names[1] {
-					want = 0
-				}
-				if id%2 != want {
-					failed.Store(fmt.Errorf("ticket %d from %s breaks parity", id, srv))
-					return
-				}
-				mu.Lock()
-				ids.Add(id)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		t.Fatal(err)
-	}
-	if len(ids.Duplicates) > 0 || ids.Len() < 900 {
-		t.Fatalf("%d tickets, duplicates %v", ids.Len(), ids.Duplicates)
 	}
 }
 

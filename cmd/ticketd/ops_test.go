@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,29 +68,40 @@ func TestDoctorFindsProblems(t *testing.T) {
 	}
 }
 
-// TestAdoptAFlickrTable fills Tickets64 on both servers with concurrent REPLACE INTO calls, adopts it
-// into a namespace, and checks that every block leased afterwards lies above every ticket issued.
+// TestAdoptAFlickrTable: an operator's own Flickr ticket pair, Tickets64 filled on both servers by
+// concurrent REPLACE INTO calls, survives `ticketd migrate` untouched, is adopted into a namespace, and
+// every block leased afterwards lies above every ticket issued.
 func TestAdoptAFlickrTable(t *testing.T) {
 	pair := testenv.Pair(t)
 	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair)}
-	if _, errOut, code := run(t, env, "migrate"); code != 0 {
-		t.Fatal(errOut)
-	}
-	p, err := mysql.Open(context.Background(), mysql.Config{DSNs: pair, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	var dbs []*sql.DB
+	for _, dsn := range pair {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(`CREATE TABLE Tickets64 (id BIGINT(20) UNSIGNED NOT NULL AUTO_INCREMENT,
+			stub CHAR(1) NOT NULL DEFAULT '', PRIMARY KEY (id), UNIQUE KEY stub (stub)) ENGINE=InnoDB`); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, db)
 	}
 	var mu sync.Mutex
 	var highest int64
 	var wg sync.WaitGroup
-	for range 8 {
+	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 100 {
-				id, _, err := p.Ticket(context.Background())
+			for j := range 100 {
+				res, err := dbs[(i+j)%2].Exec("REPLACE INTO Tickets64 (stub) VALUES ('a')")
 				if err != nil {
 					continue // deadlocks happen under contention; the ticket was not issued
+				}
+				id, err := res.LastInsertId()
+				if err != nil {
+					continue
 				}
 				mu.Lock()
 				highest = max(highest, id)
@@ -99,9 +110,21 @@ func TestAdoptAFlickrTable(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	p.Close()
 	if highest == 0 {
 		t.Fatal("no ticket issued")
+	}
+	last := func(db *sql.DB) (id int64) {
+		if err := db.QueryRow("SELECT MAX(id) FROM Tickets64").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	before := []int64{last(dbs[0]), last(dbs[1])}
+	if _, errOut, code := run(t, env, "migrate"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if after := []int64{last(dbs[0]), last(dbs[1])}; !slices.Equal(before, after) || max(after[0], after[1]) != highest {
+		t.Fatalf("Tickets64 held %v before migrate and %v after; the highest ticket was %d", before, after, highest)
 	}
 	if _, errOut, code := run(t, env, "namespace", "adopt", "flickr", "--flickr-table", "Tickets64; DROP TABLE x"); code != 1 || !strings.Contains(errOut, "must match") {
 		t.Fatalf("a table name that looks like SQL: exit %d %s", code, errOut)
