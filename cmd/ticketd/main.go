@@ -58,10 +58,6 @@ type command interface {
 	run(ctx context.Context, m *Main, args []string) error
 }
 
-// noEnvFallback is implemented by commands whose flags are read from the command line only: those that
-// must never act on servers named in the environment for ordinary use (chaos kills and floods them).
-type noEnvFallback interface{ noEnv() }
-
 type commandInfo struct {
 	name, args, summary string
 	new                 func() command
@@ -113,18 +109,15 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("ticketd "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse errors are reported once, by exitCode
 	cmd.flags(fs)
-	_, exempt := cmd.(noEnvFallback)
-	if err := cliflag.Parse(fs, args[1:], !exempt); err != nil {
+	if err := cliflag.Parse(fs, args[1:], true); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			m.help(fs, name, info, !exempt)
+			m.help(fs, name, info)
 			return errHelp
 		}
 		return usagef("%s: %v", name, err)
 	}
-	if !exempt {
-		if err := cliflag.ApplyEnv(fs, m.Getenv); err != nil {
-			return usageError{err.Error()}
-		}
+	if err := cliflag.ApplyEnv(fs, m.Getenv); err != nil {
+		return usageError{err.Error()}
 	}
 	m.cmd, m.args = cmd, fs.Args()
 	return nil
@@ -205,7 +198,7 @@ func (m *Main) usage() {
 }
 
 // help prints a command's usage: its summary, its subcommands if it has any, and its flags if it has any.
-func (m *Main) help(fs *flag.FlagSet, name string, info commandInfo, env bool) {
+func (m *Main) help(fs *flag.FlagSet, name string, info commandInfo) {
 	usage := "ticketd " + name
 	if cliflag.HasFlags(fs) {
 		usage += " [flags]"
@@ -221,7 +214,7 @@ func (m *Main) help(fs *flag.FlagSet, name string, info commandInfo, env bool) {
 		}
 		fmt.Fprintf(m.Stderr, "\nRun `ticketd %s COMMAND --help` for a command's flags.\n", name)
 	}
-	cliflag.PrintFlags(m.Stderr, fs, env)
+	cliflag.PrintFlags(m.Stderr, fs, true)
 }
 
 // subcommands returns the sorted names of the commands under name: "namespace" has create, get, ….
