@@ -308,28 +308,36 @@ func (w *world) backInRotation(i int) error {
 }
 
 // counters reads each server's counter for the namespace, from a replica that has both in rotation.
+// When none does in time, the error says what the last read found: the read's error, or the state of
+// each server out of rotation.
 func (w *world) counters(ctx context.Context) (map[int]int64, error) {
-	var last error
+	last := "no replica running"
 	for range 300 {
 		for _, rep := range w.running() {
 			ns, err := rep.backend.Namespace(ctx, Namespace)
 			if err != nil {
-				last = err
+				last = err.Error()
 				continue
 			}
 			out := map[int]int64{}
+			var down []string
 			for _, s := range ns.Servers {
-				if i, ok := w.indexOf(s.Server); ok && s.Healthy {
+				i, ok := w.indexOf(s.Server)
+				switch {
+				case ok && s.Healthy:
 					out[i] = s.Next
+				case ok:
+					down = append(down, fmt.Sprintf("server %s: %s", label(i), s.Error))
 				}
 			}
 			if len(out) == w.layout.servers {
 				return out, nil
 			}
+			last = fmt.Sprintf("%d of %d servers in rotation (%s)", len(out), w.layout.servers, strings.Join(down, "; "))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("chaos: %s: could not read every server's counter: %v", w.backend, last)
+	return nil, fmt.Errorf("chaos: %s: could not read every server's counter: %s", w.backend, last)
 }
 
 // attempts counts lease attempts on the ticket servers that failed, and failovers.
