@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"time"
 )
@@ -24,7 +25,8 @@ var (
 	ErrExists = errors.New("allocator: namespace already exists")
 	// ErrUnavailable means no ticket server could serve the request.
 	ErrUnavailable = errors.New("allocator: no ticket server available")
-	// ErrExhausted means the lease would take a counter past math.MaxInt64. Counters never wrap.
+	// ErrExhausted means the namespace has no ID left below its ceiling (its MaxID, at most
+	// math.MaxInt64) on any ticket server. Counters never wrap.
 	ErrExhausted = errors.New("allocator: ID space exhausted")
 	// ErrOutOfRange means an index or ID lies outside a block.
 	ErrOutOfRange = errors.New("allocator: index out of block range")
@@ -49,6 +51,8 @@ const (
 	MaxNameLength = 64
 	// MaxLeaseTTL bounds a namespace's lease TTL.
 	MaxLeaseTTL = 365 * 24 * time.Hour
+	// DefaultMaxID is a namespace's ceiling when it does not set one: the largest BIGINT.
+	DefaultMaxID = math.MaxInt64
 )
 
 // NamePattern is what a namespace name must match.
@@ -85,6 +89,10 @@ type Namespace struct {
 	// Start is the lowest ID the namespace issues (at create), or the value every counter is advanced to
 	// (at update; counters never move back). Zero means 1 at create and "leave counters alone" at update.
 	Start int64
+	// MaxID is the ceiling, inclusive: no ID above it is ever issued, on any ticket server (an INT
+	// column's 2^31-1, JavaScript's 2^53-1). Default DefaultMaxID. It may not fall below an ID already
+	// issued.
+	MaxID int64
 	// Servers is each ticket server's view of the namespace; filled by Backend.Namespace.
 	Servers []ServerState
 }
@@ -113,6 +121,9 @@ func (n Namespace) WithDefaults() Namespace {
 	if n.Start == 0 {
 		n.Start = 1
 	}
+	if n.MaxID == 0 {
+		n.MaxID = DefaultMaxID
+	}
 	return n
 }
 
@@ -132,6 +143,8 @@ func (n Namespace) Validate() error {
 		return fmt.Errorf("%w: lease_ttl %s is shorter than 1s; use 0 for blocks that never expire", ErrInvalidSettings, n.LeaseTTL)
 	case n.Start < 0:
 		return fmt.Errorf("%w: start %d must be 1 or more", ErrInvalidSettings, n.Start)
+	case n.MaxID < max(n.Start, 1):
+		return fmt.Errorf("%w: max_id %d must be at least start %d", ErrInvalidSettings, n.MaxID, max(n.Start, 1))
 	}
 	return nil
 }

@@ -6,12 +6,15 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 //go:embed mysql/*.sql
@@ -114,7 +117,7 @@ func Migrate(ctx context.Context, db *sql.DB) (applied []int, err error) {
 			continue
 		}
 		for _, stmt := range Statements(m.SQL) {
-			if _, err := db.ExecContext(ctx, stmt); err != nil {
+			if _, err := db.ExecContext(ctx, stmt); err != nil && !columnExists(err) {
 				return applied, fmt.Errorf("schema: migration %s: %w", m.Name, err)
 			}
 		}
@@ -124,6 +127,14 @@ func Migrate(ctx context.Context, db *sql.DB) (applied []int, err error) {
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// columnExists reports whether err is MySQL's "Duplicate column name": an ADD COLUMN that a migration
+// interrupted before it was recorded (or run by another process at once) already made. MySQL 8 has no
+// ADD COLUMN IF NOT EXISTS.
+func columnExists(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1060
 }
 
 // Latest is the highest migration version this binary knows.

@@ -19,6 +19,9 @@ type Options struct {
 	Goroutines int
 	// LeasesPerGoroutine is how many leases each goroutine takes. Default 50.
 	LeasesPerGoroutine int
+	// Another, when set, opens a second backend on the ticket servers that open gave last, as another
+	// ticketd process would: the ceiling tests lease through both at once.
+	Another func(t *testing.T) allocator.Backend
 }
 
 // Run runs the conformance suite. open must return a fresh, empty backend for each call; the suite
@@ -45,6 +48,8 @@ func Run(t *testing.T, open func(t *testing.T) allocator.Backend, opts Options) 
 		return got
 	}
 
+	runCeiling(t, fresh, create, opts)
+
 	t.Run("NamespaceLifecycle", func(t *testing.T) {
 		b := fresh(t)
 		got := create(t, b, allocator.Namespace{Name: "orders", BlockSize: 50, MaxBlockSize: 5000, LeaseTTL: time.Minute, Start: 1000})
@@ -59,7 +64,8 @@ func Run(t *testing.T, open func(t *testing.T) allocator.Backend, opts Options) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ns.BlockSize != allocator.DefaultBlockSize || ns.MaxBlockSize != allocator.DefaultMaxBlockSize || ns.LeaseTTL != 0 || ns.Start != 1 {
+		if ns.BlockSize != allocator.DefaultBlockSize || ns.MaxBlockSize != allocator.DefaultMaxBlockSize || ns.LeaseTTL != 0 || ns.Start != 1 ||
+			ns.MaxID != allocator.DefaultMaxID {
 			t.Fatalf("defaults not applied: %+v", ns)
 		}
 		if len(ns.Servers) == 0 {
@@ -194,6 +200,8 @@ func Run(t *testing.T, open func(t *testing.T) allocator.Backend, opts Options) 
 			{Name: "s", LeaseTTL: -time.Second},
 			{Name: "s", LeaseTTL: time.Millisecond},
 			{Name: "s", Start: -5},
+			{Name: "s", MaxID: -1},
+			{Name: "s", Start: 100, MaxID: 99},
 		} {
 			if _, err := b.CreateNamespace(ctx, ns); !errors.Is(err, allocator.ErrInvalidSettings) {
 				t.Errorf("CreateNamespace(%+v): %v, want ErrInvalidSettings", ns, err)

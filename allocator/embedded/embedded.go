@@ -60,14 +60,23 @@ type record struct {
 	BlockSize    int64 `json:"block_size"`
 	MaxBlockSize int64 `json:"max_block_size"`
 	LeaseTTLMS   int64 `json:"lease_ttl_ms"`
-	CreatedUS    int64 `json:"created_us"`
-	UpdatedUS    int64 `json:"updated_us"`
+	// MaxID is the ceiling; zero in a record written before namespaces had one, meaning the default.
+	MaxID     int64 `json:"max_id,omitempty"`
+	CreatedUS int64 `json:"created_us"`
+	UpdatedUS int64 `json:"updated_us"`
 }
 
 func (r record) namespace(name string) allocator.Namespace {
 	return allocator.Namespace{Name: name, Start: r.Start, BlockSize: r.BlockSize, MaxBlockSize: r.MaxBlockSize,
-		LeaseTTL: time.Duration(r.LeaseTTLMS) * time.Millisecond,
-		Servers:  []allocator.ServerState{{Server: ServerName, Next: r.Next, Step: 1, Offset: 1, Healthy: true}}}
+		LeaseTTL: time.Duration(r.LeaseTTLMS) * time.Millisecond, MaxID: r.maxID(),
+		Servers: []allocator.ServerState{{Server: ServerName, Next: r.Next, Step: 1, Offset: 1, Healthy: true}}}
+}
+
+func (r record) maxID() int64 {
+	if r.MaxID == 0 {
+		return allocator.DefaultMaxID
+	}
+	return r.MaxID
 }
 
 // Open opens (or creates) the store in cfg.Dir.
@@ -208,8 +217,10 @@ func (s *Store) take(b *bolt.Bucket, q leaseRequest) (allocator.Block, error) {
 	if err := allocator.ValidateSize(size, r.MaxBlockSize); err != nil {
 		return allocator.Block{}, err
 	}
-	if r.Next > math.MaxInt64-size {
-		return allocator.Block{}, fmt.Errorf("%w: namespace %q is at %d; %d more IDs would pass %d", allocator.ErrExhausted, q.namespace, r.Next, size, int64(math.MaxInt64))
+	// The last block below the ceiling is cut to what is left; the counter, one past the last ID, stays
+	// an int64.
+	if size = allocator.Fit(r.Next, 1, size, min(r.maxID(), math.MaxInt64-1)); size == 0 {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q reached its max_id %d (counter %d)", allocator.ErrExhausted, q.namespace, r.maxID(), r.Next)
 	}
 	end := r.Next + size
 	blk, err := allocator.BlockEnding(q.namespace, ServerName, end, 1, size, allocator.ExpiryFor(s.now(), time.Duration(r.LeaseTTLMS)*time.Millisecond))
@@ -228,7 +239,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	}
 	now := s.now().UnixMicro()
 	r := record{Next: ns.Start, Start: ns.Start, BlockSize: ns.BlockSize, MaxBlockSize: ns.MaxBlockSize,
-		LeaseTTLMS: ns.LeaseTTL.Milliseconds(), CreatedUS: now, UpdatedUS: now}
+		LeaseTTLMS: ns.LeaseTTL.Milliseconds(), MaxID: ns.MaxID, CreatedUS: now, UpdatedUS: now}
 	err := s.update(ctx, func(b *bolt.Bucket) error {
 		if b.Get([]byte(ns.Name)) != nil {
 			return fmt.Errorf("%w: %q", allocator.ErrExists, ns.Name)
@@ -242,7 +253,8 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 }
 
 // UpdateNamespace replaces the settings (zero fields mean their defaults); a Start above the counter
-// advances it, and the counter never moves back.
+// advances it, and the counter never moves back. A max_id below an ID already issued (or below the
+// start) is refused with ErrInvalidSettings.
 func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
 	advance := ns.Start
 	ns = ns.WithDefaults()
@@ -255,7 +267,13 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 		if err != nil {
 			return err
 		}
-		r.BlockSize, r.MaxBlockSize, r.LeaseTTLMS = ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds()
+		if ns.MaxID < r.Start {
+			return fmt.Errorf("%w: max_id %d must be at least start %d", allocator.ErrInvalidSettings, ns.MaxID, r.Start)
+		}
+		if err := allocator.CheckLowering(ns.Name, ns.MaxID, r.Next-1); err != nil {
+			return err
+		}
+		r.BlockSize, r.MaxBlockSize, r.LeaseTTLMS, r.MaxID = ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), ns.MaxID
 		r.Next = max(r.Next, advance)
 		r.UpdatedUS = s.now().UnixMicro()
 		out = r.namespace(ns.Name)

@@ -109,6 +109,10 @@ func (s *server) runGroup(g *leaseGroup) {
 	switch {
 	case err == nil:
 		copy(g.blocks, blocks)
+		// The namespace's ceiling fell inside the group's range: the callers after it get nothing here.
+		for i := len(blocks); i < len(g.sizes); i++ {
+			g.errs[i] = fmt.Errorf("%w: namespace %q reached its max_id %d on %s", allocator.ErrExhausted, g.ns.Name, g.ns.MaxID, s.Name())
+		}
 	case errors.Is(err, allocator.ErrExhausted) && len(g.sizes) > 1:
 		// Together they do not fit below MaxInt64; some may alone. Each caller gets its own answer.
 		for i, n := range g.sizes {

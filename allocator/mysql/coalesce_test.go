@@ -66,47 +66,73 @@ func TestConcurrentLeasesShareUpdates(t *testing.T) {
 	t.Logf("%d leases in %d UPDATEs", goroutines*each, updates)
 }
 
-// TestGroupThatDoesNotFitIsLeasedOneByOne: near MaxInt64 a group's total may not fit where its members
-// do; each caller then gets its own lease or ErrExhausted, never a wrapped block.
-func TestGroupThatDoesNotFitIsLeasedOneByOne(t *testing.T) {
+// TestCeilingInsideAGroup: when a group's range passes the namespace's ceiling (its max_id, or the end
+// of BIGINT), the callers whose leases fit get them, the one the ceiling falls in gets the IDs left
+// (a block cut short), the rest ErrExhausted — and no ID above the ceiling, none twice.
+func TestCeilingInsideAGroup(t *testing.T) {
 	dsns := testenv.Pair(t)
 	ctx := context.Background()
-	p := openPair(t, dsns[:1], func(c *Config) { c.MaxConns = 1 })
-	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "edge", Start: math.MaxInt64 - 2000}); err != nil {
-		t.Fatal(err)
-	}
-	// About 1,000 odd IDs are left: three leases of 300 fit, sixteen together do not.
-	var mu sync.Mutex
-	var blocks []allocator.Block
-	var exhausted int
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := p.Lease(ctx, "edge", 300)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				blocks = append(blocks, b)
-			case errors.Is(err, allocator.ErrExhausted):
-				exhausted++
-			default:
-				t.Errorf("lease: %v", err)
+	for _, tc := range []struct {
+		name         string
+		start, maxID int64
+		last         int64 // the highest ID the single server (offset 1, step 2) may issue
+	}{
+		{name: "max_id", start: 1_000_001, maxID: 1_002_000, last: 1_001_999},
+		{name: "end of BIGINT", start: math.MaxInt64 - 2000, last: math.MaxInt64 - 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := openPair(t, testenv.FreshDatabases(t, dsns[:1]), func(c *Config) { c.MaxConns = 1 })
+			if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "edge", Start: tc.start - 2, MaxID: tc.maxID}); err != nil {
+				t.Fatal(err)
 			}
-		}()
-	}
-	wg.Wait()
-	if len(blocks) != 3 || exhausted != 13 {
-		t.Fatalf("%d leases and %d exhausted, want 3 and 13", len(blocks), exhausted)
-	}
-	for _, b := range blocks {
-		if last, err := b.Last(); err != nil || last < b.Start {
-			t.Fatalf("wrapped block %v", b)
-		}
-	}
-	if err := allocatortest.CheckDisjoint(blocks); err != nil {
-		t.Fatal(err)
+			if _, err := p.Lease(ctx, "edge", 1); err != nil { // the connection is up before the leases race
+				t.Fatal(err)
+			}
+			db := p.set.All()[0].db
+			before := comCounters(t, db)
+			// 1,000 odd IDs are left: three leases of 300 fit, the fourth gets 100, sixteen together do not.
+			var mu sync.Mutex
+			var blocks []allocator.Block
+			var exhausted int
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b, err := p.Lease(ctx, "edge", 300)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						blocks = append(blocks, b)
+					case errors.Is(err, allocator.ErrExhausted):
+						exhausted++
+					default:
+						t.Errorf("lease: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+			updates := comCounters(t, db)["Com_update"] - before["Com_update"]
+			var sizes []int64
+			var n int64
+			for _, b := range blocks {
+				if last, err := b.Last(); err != nil || last < b.Start || last > tc.last {
+					t.Fatalf("block %v passes the ceiling %d", b, tc.last)
+				}
+				sizes = append(sizes, b.Size)
+				n += b.Size
+			}
+			if len(blocks) != 4 || exhausted != 12 || n != 1000 {
+				t.Fatalf("blocks of %v (%d IDs) and %d exhausted, want 300, 300, 300, 100 and 12", sizes, n, exhausted)
+			}
+			if err := allocatortest.CheckDisjoint(blocks); err != nil {
+				t.Fatal(err)
+			}
+			if updates >= 16 {
+				t.Fatalf("16 leases took %d UPDATEs: none was grouped", updates)
+			}
+			t.Logf("16 leases in %d UPDATEs: blocks of %v", updates, sizes)
+		})
 	}
 }

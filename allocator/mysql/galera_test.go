@@ -340,29 +340,7 @@ func TestGalera(t *testing.T) {
 func TestRowsPerOffsetMigrateInPlace(t *testing.T) {
 	dsns := testenv.Pair(t)
 	ctx := context.Background()
-	migs, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("mysql", dsns[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	// The schema as it was at version 3.
-	testenv.Exec(t, dsns[0], `CREATE TABLE ticketd_schema_migrations (version INT NOT NULL PRIMARY KEY, name VARCHAR(255) NOT NULL,
-		applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB`)
-	for _, m := range migs {
-		if m.Version > 3 {
-			continue
-		}
-		for _, stmt := range schema.Statements(m.SQL) {
-			testenv.Exec(t, dsns[0], stmt)
-		}
-		if _, err := db.Exec("INSERT INTO ticketd_schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := schemaAt(t, dsns[0], 3)
 	testenv.Exec(t, dsns[0], `INSERT INTO ticketd_namespaces (name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, created_us, updated_us)
 		VALUES ('orders', 5001, 2, 1, 1, 100, 1000, 0, 1, 1), ('links', 77, 2, 1, 1, 10, 1000, 0, 1, 1)`)
 	for range 2 {
@@ -394,6 +372,35 @@ func TestRowsPerOffsetMigrateInPlace(t *testing.T) {
 	if err != nil || b.Start != 5001 {
 		t.Fatalf("lease after the migration: %v, %v", b, err)
 	}
+}
+
+// schemaAt builds the schema of the database behind dsn as it was at the given migration version, and
+// returns a connection to it (closed when the test ends).
+func schemaAt(t *testing.T, dsn string, version int) *sql.DB {
+	t.Helper()
+	migs, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	testenv.Exec(t, dsn, `CREATE TABLE ticketd_schema_migrations (version INT NOT NULL PRIMARY KEY, name VARCHAR(255) NOT NULL,
+		applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB`)
+	for _, m := range migs {
+		if m.Version > version {
+			continue
+		}
+		for _, stmt := range schema.Statements(m.SQL) {
+			testenv.Exec(t, dsn, stmt)
+		}
+		if _, err := db.Exec("INSERT INTO ticketd_schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
 }
 
 // TestPrimaryPrimaryReplication runs the pair the way Flickr ran its ticket servers: each server a

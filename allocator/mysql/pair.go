@@ -313,17 +313,17 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 // server. A Start above the namespace's own becomes its start and advances every counter below it;
 // counters never move back. A server that is down catches up when it comes back.
 func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
-	return p.set.UpdateNamespace(ctx, ns, func(ctx context.Context, s *server, c multi.Change[rowSettings]) error {
+	return p.set.UpdateNamespace(ctx, ns, p.serverStates, func(ctx context.Context, s *server, c multi.Change[rowSettings]) error {
 		v := s.view()
 		if v == nil {
 			return fmt.Errorf("%s: %w", s.Name(), errNotChecked)
 		}
 		start := max(c.Namespace.Start, c.Advance)
-		err := s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS)
+		err := s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS, c.Lowered)
 		if errors.Is(err, errRowMissing) {
 			// Created while this server was down: create it now with the new settings.
 			if err = s.ensureRow(ctx, c.Namespace); err == nil {
-				err = s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS)
+				err = s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS, c.Lowered)
 			}
 		}
 		return err

@@ -36,9 +36,11 @@ func openPair(t testing.TB, dsns []string, tweak func(*Config)) *Pair {
 
 func TestConformance(t *testing.T) {
 	servers := testenv.ServerDSNs(t)
+	var last []string // the databases open made last, for Another
 	allocatortest.Run(t, func(t *testing.T) allocator.Backend {
-		return openPair(t, testenv.FreshDatabases(t, servers), nil)
-	}, allocatortest.Options{})
+		last = testenv.FreshDatabases(t, servers)
+		return openPair(t, last, nil)
+	}, allocatortest.Options{Another: func(t *testing.T) allocator.Backend { return openPair(t, last, nil) }})
 }
 
 // TestParity checks Flickr's promise: across 100,000 leases from 32 goroutines, the odd server issues

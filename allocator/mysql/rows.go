@@ -28,12 +28,12 @@ func (r rowSettings) Namespace() allocator.Namespace { return r.ns }
 // UpdatedUS is when the row's settings last changed.
 func (r rowSettings) UpdatedUS() int64 { return r.updatedUS }
 
-const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, updated_us"
+const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, updated_us"
 
 func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
 	var r rowSettings
 	var ttlMS int64
-	err := sc.Scan(&r.ns.Name, &r.next, &r.step, &r.offset, &r.ns.Start, &r.ns.BlockSize, &r.ns.MaxBlockSize, &ttlMS, &r.updatedUS)
+	err := sc.Scan(&r.ns.Name, &r.next, &r.step, &r.offset, &r.ns.Start, &r.ns.BlockSize, &r.ns.MaxBlockSize, &ttlMS, &r.ns.MaxID, &r.updatedUS)
 	r.ns.LeaseTTL = time.Duration(ttlMS) * time.Millisecond
 	return r, err
 }
@@ -103,9 +103,9 @@ func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Names
 		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(ns.Start, from), s.Name(), v.offset, v.increment)
 	}
 	res, err := s.ctl.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
-		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, created_us, updated_us)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), nowUS, nowUS)
+		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, created_us, updated_us)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), ns.WithDefaults().MaxID, nowUS, nowUS)
 	if err != nil {
 		return false, err
 	}
@@ -114,8 +114,10 @@ func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Names
 }
 
 // updateRow writes settings made at nowUS unless the row holds newer ones, and raises the namespace's
-// start and the counter to at least start (never lower). The row must be the one made for v.
-func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Namespace, start, nowUS int64) error {
+// start and the counter to at least start (never lower). The row must be the one made for v. With
+// lowered above 0 (a lower max_id) the row changes only if no ID above lowered was issued from it:
+// ErrInvalidSettings otherwise, checked in the statement that writes the ceiling.
+func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Namespace, start, nowUS, lowered int64) error {
 	floor := int64(1)
 	if start > 0 {
 		f, ok := multi.FirstAtLeast(start, v.increment, v.offset)
@@ -129,12 +131,14 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		block_size = IF(? > updated_us, ?, block_size),
 		max_block_size = IF(? > updated_us, ?, max_block_size),
 		lease_ttl_ms = IF(? > updated_us, ?, lease_ttl_ms),
+		max_id = IF(? > updated_us, ?, max_id),
 		start_id = GREATEST(start_id, ?),
 		next_id = GREATEST(next_id, ?),
 		updated_us = GREATEST(updated_us, ?)
-		WHERE name = ? AND step = ? AND id_offset = ?`,
-		nowUS, ns.BlockSize, nowUS, ns.MaxBlockSize, nowUS, ns.LeaseTTL.Milliseconds(), start, floor, nowUS,
-		ns.Name, v.increment, v.offset)
+		WHERE name = ? AND step = ? AND id_offset = ? AND (? = 0 OR next_id - step <= ?)`,
+		nowUS, ns.BlockSize, nowUS, ns.MaxBlockSize, nowUS, ns.LeaseTTL.Milliseconds(), nowUS, ns.WithDefaults().MaxID,
+		start, floor, nowUS,
+		ns.Name, v.increment, v.offset, lowered, lowered)
 	if err != nil {
 		return err
 	}
@@ -149,6 +153,11 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		if r.step != v.increment || r.offset != v.offset {
 			return fmt.Errorf("%w: namespace %q on %s has step %d offset %d, not the step %d offset %d it was checked with",
 				allocator.ErrMisconfigured, ns.Name, s.Name(), r.step, r.offset, v.increment, v.offset)
+		}
+		if lowered > 0 {
+			if err := allocator.CheckLowering(ns.Name, lowered, r.next-r.step); err != nil {
+				return fmt.Errorf("%s: %w", s.Name(), err)
+			}
 		}
 	}
 	return nil

@@ -352,7 +352,7 @@ func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, 
 			}
 			s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.Name(), "namespace", name)
 		case r.updatedUS > m.updatedUS || r.ns.Start > m.ns.Start:
-			if err := s.updateRow(ctx, v, r.ns, r.ns.Start, r.updatedUS); err != nil {
+			if err := s.updateRow(ctx, v, r.ns, r.ns.Start, r.updatedUS, 0); err != nil {
 				return err
 			}
 			s.pair.cfg.Logger.Info("namespace settings caught up on a server that missed a change", "server", s.Name(), "namespace", name)

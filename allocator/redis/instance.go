@@ -51,6 +51,9 @@ func parseRecord(name string, m map[string]string) (record, error) {
 	r.ns.BlockSize = num("block_size", false)
 	r.ns.MaxBlockSize = num("max_block_size", false)
 	r.ns.LeaseTTL = time.Duration(num("lease_ttl_ms", false)) * time.Millisecond
+	if r.ns.MaxID = num("max_id", true); r.ns.MaxID == 0 {
+		r.ns.MaxID = allocator.DefaultMaxID // made before namespaces had a ceiling
+	}
 	r.floor = num("floor", true)
 	r.updatedUS = num("updated_us", true)
 	if err := errors.Join(errs...); err != nil {
@@ -236,7 +239,7 @@ func (in *instance) catchUp(ctx context.Context) error {
 		case !ok:
 			err = in.ensure(ctx, r)
 		case r.updatedUS > m.updatedUS || r.floor > m.floor:
-			err = in.update(ctx, r)
+			err = in.update(ctx, r, 0)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: namespace %q: %w", in.Name(), name, err)
@@ -336,7 +339,7 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 	floor := in.marks.Get(ns.Name)
 	k := in.store.keys
 	res, err := leaseScript.Run(ctx, in.client, []string{k.counter(ns.Name), k.settings(ns.Name), k.identity()},
-		size, size*stride, stride, in.offset%stride, floor.Value, first, *id).StringSlice()
+		size, size*stride, stride, in.offset%stride, floor.Value, first, *id, int64(math.MaxInt64)-stride).StringSlice()
 	if err != nil {
 		return allocator.Block{}, err
 	}
@@ -350,11 +353,24 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 	switch res[0] {
 	case "ok":
 		cur, err := strconv.ParseInt(arg, 10, 64)
-		if err != nil || cur < 1 {
+		if err != nil || cur < 1 || len(res) < 3 {
 			return allocator.Block{}, fmt.Errorf("%w: %s's counter for %q was %q", allocator.ErrMisconfigured, in.Name(), ns.Name, arg)
+		}
+		// Below the namespace's ceiling the script may have cut the block short.
+		if n, err := strconv.ParseInt(res[2], 10, 64); err != nil || n < 1 || n > size {
+			return allocator.Block{}, fmt.Errorf("redis: lease script took %q IDs of %d", res[2], size)
+		} else {
+			size = n
 		}
 		in.marks.Leased(ns.Name, cur+size*stride, size*stride)
 		return allocator.BlockEnding(ns.Name, in.Name(), cur+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
+	case "ceiling":
+		top := ""
+		if len(res) > 2 {
+			top = res[2]
+		}
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q reached its max_id %s on %s (counter %s, step %d)",
+			allocator.ErrExhausted, ns.Name, top, in.Name(), arg, stride)
 	case "identity":
 		if arg == "" {
 			return allocator.Block{}, in.store.fenceLost(in, "its identity is gone while it served: its data was wiped, or another Redis answers at its address")
@@ -394,7 +410,8 @@ func (in *instance) create(ctx context.Context, rec record, from int64) (created
 	}
 	k := in.store.keys
 	res, err := createScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name), k.index()},
-		rec.ns.Name, first, rec.ns.Start, rec.floor, rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS).StringSlice()
+		rec.ns.Name, first, rec.ns.Start, rec.floor, rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS,
+		rec.ns.WithDefaults().MaxID).StringSlice()
 	if err != nil {
 		return false, err
 	}
@@ -419,8 +436,9 @@ func (in *instance) ensure(ctx context.Context, rec record) error {
 }
 
 // update writes settings (unless newer ones are stored) and raises the floor and the counter to
-// rec.floor; a namespace this instance lacks is created first.
-func (in *instance) update(ctx context.Context, rec record) error {
+// rec.floor; a namespace this instance lacks is created first. With lowered above 0 (a lower max_id)
+// nothing changes if the instance issued an ID above it: ErrInvalidSettings.
+func (in *instance) update(ctx context.Context, rec record, lowered int64) error {
 	stride := in.store.cfg.Stride
 	var floorCounter int64
 	if rec.floor > 0 {
@@ -430,10 +448,15 @@ func (in *instance) update(ctx context.Context, rec record) error {
 		}
 		floorCounter = f
 	}
+	var limit int64 // the highest counter that issued nothing above lowered
+	if lowered > 0 && lowered <= math.MaxInt64-stride {
+		limit = lowered + stride
+	}
 	k := in.store.keys
 	run := func() ([]string, error) {
 		return updateScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name)},
-			rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS, rec.floor, floorCounter).StringSlice()
+			rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS, rec.floor, floorCounter,
+			rec.ns.WithDefaults().MaxID, limit).StringSlice()
 	}
 	res, err := run()
 	if err == nil && res[0] == "missing" {
@@ -448,6 +471,9 @@ func (in *instance) update(ctx context.Context, rec record) error {
 		return nil
 	case res[0] == "missing":
 		return errMissing
+	case res[0] == "passed" && len(res) > 1:
+		cur, _ := strconv.ParseInt(res[1], 10, 64)
+		return fmt.Errorf("%s: %w", in.Name(), allocator.CheckLowering(rec.ns.Name, lowered, cur-stride))
 	default:
 		return fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
 			allocator.ErrMisconfigured, in.Name(), rec.ns.Name, strings.Join(res[1:], " "))

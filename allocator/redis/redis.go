@@ -412,8 +412,8 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // Instances that are down catch up when they come back.
 func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
 	ns.Servers = nil
-	return s.set.UpdateNamespace(ctx, ns, func(ctx context.Context, in *instance, c multi.Change[record]) error {
-		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS})
+	return s.set.UpdateNamespace(ctx, ns, s.serverStates, func(ctx context.Context, in *instance, c multi.Change[record]) error {
+		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS}, c.Lowered)
 	})
 }
 

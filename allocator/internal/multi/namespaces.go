@@ -20,6 +20,9 @@ type Change[R Record] struct {
 	Advance int64
 	// UpdatedUS is the time of the change in microseconds, stored with the settings.
 	UpdatedUS int64
+	// Lowered is the new max_id when an update lowers it, or 0: a server whose counter already passed
+	// it refuses the change (ErrInvalidSettings) in the statement that would write it.
+	Lowered int64
 }
 
 // States reads each server's counter of each named namespace.
@@ -73,8 +76,10 @@ func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespac
 
 // UpdateNamespace replaces a namespace's settings (zero fields mean their defaults) on every usable
 // server; update changes them on one. A Start above the namespace's own is handed on as Advance, and
-// is the Start returned. ErrUnavailable when no server took the change.
-func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespace,
+// is the Start returned. ErrUnavailable when no server took the change. A lower max_id needs every
+// server to answer (states reads their counters) and none to have issued above it: ErrInvalidSettings
+// naming the highest issued otherwise; each server checks again as it takes the change (Lowered).
+func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespace, states States,
 	update func(context.Context, S, Change[R]) error) (allocator.Namespace, error) {
 	advance := ns.Start
 	ns, ctx, cancel, err := set.begin(ctx, ns)
@@ -87,9 +92,18 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 		return allocator.Namespace{}, err
 	}
 	ns.Start = current.Namespace().Start
+	if ns.MaxID < ns.Start {
+		return allocator.Namespace{}, fmt.Errorf("%w: max_id %d must be at least start %d", allocator.ErrInvalidSettings, ns.MaxID, ns.Start)
+	}
 	// A change is newer than the settings it replaces even when this process's clock is behind the one
 	// that wrote them: the newest copy wins on every server.
 	c := Change[R]{Namespace: ns, Current: current, Advance: advance, UpdatedUS: max(set.cfg.Now().UnixMicro(), current.UpdatedUS()+1)}
+	if ns.MaxID < current.Namespace().WithDefaults().MaxID {
+		if err := set.checkLowering(ctx, ns, states); err != nil {
+			return allocator.Namespace{}, err
+		}
+		c.Lowered = ns.MaxID
+	}
 	updated := 0
 	var errs []error
 	for _, s := range set.servers {
@@ -114,6 +128,23 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 		ns.Start = advance
 	}
 	return ns, nil
+}
+
+// checkLowering refuses a max_id below what any server issued, and a lower max_id while a server does
+// not answer (what it issued is unknown).
+func (set *Set[S, R]) checkLowering(ctx context.Context, ns allocator.Namespace, states States) error {
+	cur := allocator.Namespace{Name: ns.Name, Servers: states(ctx, []string{ns.Name})[ns.Name]}
+	var down []error
+	for _, st := range cur.Servers {
+		if !st.Healthy {
+			down = append(down, fmt.Errorf("%s: %s", st.Server, st.Error))
+		}
+	}
+	if len(down) > 0 || len(cur.Servers) != len(set.servers) {
+		return fmt.Errorf("%w: lowering max_id of %q needs every %s to answer, to know the highest ID issued: %w",
+			allocator.ErrUnavailable, ns.Name, set.cfg.Noun, errors.Join(down...))
+	}
+	return allocator.CheckLowering(ns.Name, ns.MaxID, cur.HighestIssued())
 }
 
 // Namespace returns a namespace's latest settings with each server's state.

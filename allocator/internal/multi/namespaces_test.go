@@ -89,7 +89,7 @@ func TestUpdateNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.clock.Add(time.Second)
-	got, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 20, Start: 1000}, update)
+	got, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 20, Start: 1000}, counters(nil), update)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,19 +104,81 @@ func TestUpdateNamespace(t *testing.T) {
 		t.Fatalf("change %+v: want the namespace's own start 50, advance 1000, the latest copy and now", c)
 	}
 	// A Start below the namespace's own leaves it.
-	if got, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", Start: 3}, update); err != nil || got.Start != 50 {
+	if got, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", Start: 3}, counters(nil), update); err != nil || got.Start != 50 {
 		t.Fatalf("update with a lower start: %+v, %v", got, err)
 	}
 	// A server that is down is left out; none taking the change is ErrUnavailable.
 	seen = nil
 	fx.servers[0].MarkDown(errors.New("gone"))
 	refused := errors.New("connection refused")
-	_, err = fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders"}, func(context.Context, *fakeServer, Change[fakeRecord]) error { return refused })
+	_, err = fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders"}, counters(nil), func(context.Context, *fakeServer, Change[fakeRecord]) error { return refused })
 	if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), `updating "orders": s2: connection refused`) || fx.servers[1].Usable() {
 		t.Fatalf("update with every server failing: %v (s2 usable %v)", err, fx.servers[1].Usable())
 	}
-	if _, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "nope"}, update); !errors.Is(err, allocator.ErrUnavailable) {
+	if _, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "nope"}, counters(nil), update); !errors.Is(err, allocator.ErrUnavailable) {
 		t.Fatalf("update with no server usable: %v", err)
+	}
+}
+
+// counters is a States that gives every namespace the servers' states listed.
+func counters(list []allocator.ServerState) States {
+	return func(_ context.Context, names []string) map[string][]allocator.ServerState {
+		out := map[string][]allocator.ServerState{}
+		for _, n := range names {
+			out[n] = list
+		}
+		return out
+	}
+}
+
+// TestUpdateNamespaceLowersMaxID: a lower max_id needs every server's counter, is refused below the
+// highest ID issued (named in the error), and is handed to each server as Lowered; a higher one is not.
+func TestUpdateNamespaceLowersMaxID(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, 2, nil)
+	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, 5}
+	var seen []Change[fakeRecord]
+	update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
+		seen = append(seen, c)
+		return nil
+	}
+	up := []allocator.ServerState{{Server: "s1", Next: 2001, Step: 2, Healthy: true}, {Server: "s2", Next: 4002, Step: 2, Healthy: true}}
+	for _, tc := range []struct {
+		name    string
+		maxID   int64
+		states  []allocator.ServerState
+		want    error
+		lowered int64
+	}{
+		{name: "below the highest issued", maxID: 3999, states: up, want: allocator.ErrInvalidSettings},
+		{name: "at the highest issued", maxID: 4000, states: up, lowered: 4000},
+		{name: "a server does not answer", maxID: 5000, states: []allocator.ServerState{up[0], {Server: "s2", Error: "gone"}}, want: allocator.ErrUnavailable},
+		{name: "a server missing from the states", maxID: 5000, states: up[:1], want: allocator.ErrUnavailable},
+		{name: "zero is the default, a raise", maxID: 0, states: nil},
+		{name: "raised", maxID: 20_000, states: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen = nil
+			_, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, MaxID: tc.maxID}, counters(tc.states), update)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("UpdateNamespace: %v, want %v", err, tc.want)
+			}
+			if tc.want == allocator.ErrInvalidSettings && !strings.Contains(err.Error(), "4000") {
+				t.Fatalf("%v does not name the highest ID issued, 4000", err)
+			}
+			if tc.want != nil {
+				if len(seen) != 0 {
+					t.Fatalf("a refused change reached %d servers", len(seen))
+				}
+				return
+			}
+			if len(seen) != 2 || seen[0].Lowered != tc.lowered {
+				t.Fatalf("%d changes, Lowered %+v, want 2 with %d", len(seen), seen, tc.lowered)
+			}
+			// Put the ceiling back for the next case.
+			fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, seen[0].UpdatedUS + 1}
+			fx.set.Forget("orders")
+		})
 	}
 }
 
