@@ -4,6 +4,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -98,26 +100,76 @@ type NamespaceSettings struct {
 	MaxBlockSize *int64  `json:"max_block_size,omitempty"`
 	LeaseTTL     *string `json:"lease_ttl,omitempty"` // a Go duration, e.g. "10m"; "0s" means never
 	Start        *string `json:"start,omitempty"`     // decimal ID
+	MaxID        *ID     `json:"max_id,omitempty"`    // the ceiling, inclusive
+}
+
+// ID is an ID in a request body: a decimal string like every ID of the API, or a JSON number below 2^53
+// (beyond it a JSON number is not exact in every language, and is refused). It is written as a string.
+type ID int64
+
+// MaxJSONNumber is the largest ID taken as a JSON number: 2^53-1.
+const MaxJSONNumber = 1<<53 - 1
+
+// UnmarshalJSON reads a decimal string or a whole JSON number from 0 to MaxJSONNumber.
+func (id *ID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := ParseID(s)
+		if err != nil {
+			return err
+		}
+		*id = ID(v)
+		return nil
+	}
+	v, err := ParseID(string(b))
+	if err != nil || v > MaxJSONNumber {
+		return fmt.Errorf("ID %s must be a decimal string, or a whole JSON number up to %d", truncate(string(b)), int64(MaxJSONNumber))
+	}
+	*id = ID(v)
+	return nil
+}
+
+// MarshalJSON writes the ID as a decimal string.
+func (id ID) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, strconv.FormatInt(int64(id), 10)), nil
 }
 
 // Namespace is a namespace as GET /v1/namespaces/{ns} shows it.
 type Namespace struct {
-	Name         string                  `json:"name"`
-	BlockSize    int64                   `json:"block_size"`
-	MaxBlockSize int64                   `json:"max_block_size"`
-	LeaseTTL     string                  `json:"lease_ttl"`
-	Start        string                  `json:"start"`
-	Servers      []allocator.ServerState `json:"servers"`
+	Name         string `json:"name"`
+	BlockSize    int64  `json:"block_size"`
+	MaxBlockSize int64  `json:"max_block_size"`
+	LeaseTTL     string `json:"lease_ttl"`
+	Start        string `json:"start"`
+	MaxID        string `json:"max_id"`
+	// IDsRemaining is how many IDs the servers may still issue at or below max_id (a decimal string:
+	// it passes 2^53), summed over the servers whose counter was read; null when none was.
+	IDsRemaining *string `json:"ids_remaining"`
+	// ExhaustsAt is when the namespace reaches max_id at the last hour's issue rate; null when that rate
+	// is zero (or not known yet) or the date is past the year 9999.
+	ExhaustsAt *time.Time              `json:"exhausts_at"`
+	Servers    []allocator.ServerState `json:"servers"`
 }
 
-// FromNamespace converts a namespace to its wire form.
+// FromNamespace converts a namespace to its wire form; ExhaustsAt is left for the caller, who knows
+// the issue rate.
 func FromNamespace(ns allocator.Namespace) Namespace {
 	servers := ns.Servers
 	if servers == nil {
 		servers = []allocator.ServerState{}
 	}
-	return Namespace{Name: ns.Name, BlockSize: ns.BlockSize, MaxBlockSize: ns.MaxBlockSize,
-		LeaseTTL: ns.LeaseTTL.String(), Start: strconv.FormatInt(ns.Start, 10), Servers: servers}
+	out := Namespace{Name: ns.Name, BlockSize: ns.BlockSize, MaxBlockSize: ns.MaxBlockSize,
+		LeaseTTL: ns.LeaseTTL.String(), Start: strconv.FormatInt(ns.Start, 10),
+		MaxID: strconv.FormatInt(ns.WithDefaults().MaxID, 10), Servers: servers}
+	if left, ok := ns.IDsRemaining(); ok {
+		s := strconv.FormatUint(left, 10)
+		out.IDsRemaining = &s
+	}
+	return out
 }
 
 // Namespaces is the answer to GET /v1/namespaces.

@@ -96,3 +96,34 @@ func FuzzParseID(f *testing.F) {
 		}
 	})
 }
+
+// TestIDInARequest: max_id and the like are decimal strings, or JSON numbers only where they are exact.
+func TestIDInARequest(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{`"9223372036854775807"`, 9223372036854775807, true},
+		{`"9007199254740993"`, 9007199254740993, true},
+		{`9007199254740991`, 9007199254740991, true},
+		{`2147483647`, 2147483647, true},
+		{`9007199254740992`, 0, false},
+		{`"9223372036854775808"`, 0, false},
+		{`1.5`, 0, false},
+		{`1e3`, 0, false},
+		{`-1`, 0, false},
+		{`"-1"`, 0, false},
+		{`true`, 0, false},
+	} {
+		var s api.NamespaceSettings
+		err := json.Unmarshal([]byte(`{"max_id":`+tc.in+`}`), &s)
+		if tc.ok != (err == nil) || (tc.ok && int64(*s.MaxID) != tc.want) {
+			t.Errorf("max_id %s: %v, %v; want %d (ok %v)", tc.in, s.MaxID, err, tc.want, tc.ok)
+		}
+	}
+	b, err := json.Marshal(api.NamespaceSettings{MaxID: new(api.ID(9007199254740993))})
+	if err != nil || string(b) != `{"max_id":"9007199254740993"}` {
+		t.Fatalf("written as %s, %v", b, err)
+	}
+}

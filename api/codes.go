@@ -25,7 +25,7 @@ const (
 	CodeRouteNotFound    = "route_not_found"        // 404: no such endpoint
 	CodeMethodNotAllowed = "method_not_allowed"     // 405
 	CodeExists           = "namespace_exists"       // 409
-	CodeExhausted        = "id_space_exhausted"     // 409: the namespace's counters would pass 2^63-1
+	CodeExhausted        = "id_space_exhausted"     // 409: no ID is left at or below the namespace's max_id
 	CodeBodyTooLarge     = "body_too_large"         // 413: the body is over MaxBodyBytes
 	CodeRateLimited      = "rate_limited"           // 429: too many requests for this token, or failed logins from this address; see Retry-After
 	CodeInternal         = "internal"               // 500

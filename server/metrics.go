@@ -225,19 +225,24 @@ func (m *Metrics) observeAuthFailure(refused bool) {
 	}
 }
 
-// stateCollector reports, at each scrape, ticket server health and the cache's segments.
+// stateCollector reports, at each scrape, ticket server health, the cache's segments and each
+// namespace's headroom (one backend read of every namespace's counters per scrape).
 type stateCollector struct {
-	health   allocator.HealthReporter // may be nil
-	cache    *segmentCache            // may be nil
-	up       *prometheus.Desc
-	fenced   *prometheus.Desc
-	segments *prometheus.Desc
-	left     *prometheus.Desc
-	size     *prometheus.Desc
+	health    allocator.HealthReporter // may be nil
+	cache     *segmentCache            // may be nil
+	up        *prometheus.Desc
+	fenced    *prometheus.Desc
+	segments  *prometheus.Desc
+	left      *prometheus.Desc
+	size      *prometheus.Desc
+	headroom  func() map[string]uint64 // IDs left below each namespace's ceiling
+	remaining *prometheus.Desc
 }
 
-func newStateCollector(h allocator.HealthReporter, c *segmentCache) *stateCollector {
-	return &stateCollector{health: h, cache: c,
+func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() map[string]uint64) *stateCollector {
+	return &stateCollector{health: h, cache: c, headroom: headroom,
+		remaining: prometheus.NewDesc("ticketd_namespace_ids_remaining",
+			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers whose counter was read.", []string{"namespace"}, nil),
 		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
 		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
@@ -253,6 +258,7 @@ func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.segments
 	ch <- sc.left
 	ch <- sc.size
+	ch <- sc.remaining
 }
 
 func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -275,6 +281,11 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(sc.segments, prometheus.GaugeValue, float64(st.Segments), st.Namespace)
 			ch <- prometheus.MustNewConstMetric(sc.left, prometheus.GaugeValue, float64(st.Remaining), st.Namespace)
 			ch <- prometheus.MustNewConstMetric(sc.size, prometheus.GaugeValue, float64(st.SegmentSize), st.Namespace)
+		}
+	}
+	if sc.headroom != nil {
+		for name, left := range sc.headroom() {
+			ch <- prometheus.MustNewConstMetric(sc.remaining, prometheus.GaugeValue, float64(left), name)
 		}
 	}
 }

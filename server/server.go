@@ -131,6 +131,7 @@ type Server struct {
 	limiter  *ratelimit.Limiter // per caller; nil without a rate limit
 	failures *ratelimit.Limiter // failed logins per client address
 	metrics  *Metrics
+	headroom headroom // the IDs each namespace had left, for its forecast
 	logger   *slog.Logger
 
 	idPrefix string
@@ -167,7 +168,7 @@ func New(cfg Config) (*Server, error) {
 		s.limiter = ratelimit.New(cfg.RateLimit, cfg.RateBurst, cfg.rateKeys, cfg.now)
 	}
 	s.failures = ratelimit.New(cfg.AuthFailureRate, cfg.AuthFailureBurst, cfg.rateKeys, cfg.now)
-	if err := cfg.Metrics.reg.Register(newStateCollector(s.health, s.cache)); err != nil {
+	if err := cfg.Metrics.reg.Register(newStateCollector(s.health, s.cache, s.headroomOf)); err != nil {
 		s.closeCache()
 		return nil, fmt.Errorf("server: metrics: %w (give each Server its own Metrics)", err)
 	}
@@ -451,7 +452,16 @@ func (s *Server) getNamespace(c echo.Context, caller identity) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.FromNamespace(got))
+	return c.JSON(http.StatusOK, s.wireNamespace(got))
+}
+
+// wireNamespace is a namespace's wire form with its forecast exhaustion.
+func (s *Server) wireNamespace(ns allocator.Namespace) api.Namespace {
+	out := api.FromNamespace(ns)
+	if f := s.headroom.observe(ns, s.cfg.now()); !f.At.IsZero() {
+		out.ExhaustsAt = &f.At
+	}
+	return out
 }
 
 func (s *Server) listNamespaces(c echo.Context, caller identity) error {
@@ -464,7 +474,7 @@ func (s *Server) listNamespaces(c echo.Context, caller identity) error {
 	}
 	out := api.Namespaces{Namespaces: make([]api.Namespace, 0, len(list))}
 	for _, ns := range list {
-		out.Namespaces = append(out.Namespaces, api.FromNamespace(ns))
+		out.Namespaces = append(out.Namespaces, s.wireNamespace(ns))
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -520,11 +530,11 @@ func (s *Server) putNamespace(c echo.Context, caller identity) error {
 		out = full
 	}
 	s.logger.Info("namespace settings written", "namespace", name, "created", status == http.StatusCreated, "request_id", requestID(c))
-	return c.JSON(status, api.FromNamespace(out))
+	return c.JSON(status, s.wireNamespace(out))
 }
 
 func (s *Server) update(ctx context.Context, cur allocator.Namespace, set settings) (allocator.Namespace, error) {
-	want := set.apply(allocator.Namespace{Name: cur.Name, BlockSize: cur.BlockSize, MaxBlockSize: cur.MaxBlockSize, LeaseTTL: cur.LeaseTTL})
+	want := set.apply(allocator.Namespace{Name: cur.Name, BlockSize: cur.BlockSize, MaxBlockSize: cur.MaxBlockSize, LeaseTTL: cur.LeaseTTL, MaxID: cur.MaxID})
 	if err := want.WithDefaults().Validate(); err != nil {
 		return allocator.Namespace{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	_ "embed" // the status page's template
 	"fmt"
 	"html/template"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -32,6 +33,8 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 	"rate":     func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 	"stamp":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"duration": func(d time.Duration) string { return d.Round(time.Second).String() },
+	"bar":      func(f float64) int { return int(math.Round(200 * max(0, min(1, f)))) },
+	"percent":  func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
 }).Parse(statusHTML))
 
 // statusPage is what the status page shows.
@@ -60,6 +63,7 @@ type namespaceRow struct {
 	Cache       *spaceView // nil: nothing cached
 	Rate        rateSummary
 	CacheFailed bool
+	Headroom    forecast // the IDs left below max_id, and when they run out
 }
 
 type counterRow struct {
@@ -158,6 +162,7 @@ func (s *Server) status(ctx context.Context) statusPage {
 	for _, ns := range list {
 		r := row(ns.Name)
 		r.Known, r.Settings = true, ns
+		r.Headroom = s.headroom.observe(ns, now)
 		for _, st := range ns.Servers {
 			r.Counters = append(r.Counters, counterRow{ServerState: st, Fenced: fenced[st.Server]})
 		}

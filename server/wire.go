@@ -173,6 +173,7 @@ type settings struct {
 	blockSize, maxBlockSize *int64
 	ttl                     *time.Duration
 	start                   int64 // 0: not given
+	maxID                   *int64
 }
 
 func parseSettings(b api.NamespaceSettings) (settings, error) {
@@ -191,6 +192,13 @@ func parseSettings(b api.NamespaceSettings) (settings, error) {
 		}
 		s.start = v
 	}
+	if b.MaxID != nil {
+		v := int64(*b.MaxID)
+		if v < 1 {
+			return settings{}, errorf(http.StatusBadRequest, api.CodeInvalidSettings, "max_id must be 1 or more")
+		}
+		s.maxID = &v
+	}
 	return s, nil
 }
 
@@ -205,6 +213,9 @@ func (s settings) apply(ns allocator.Namespace) allocator.Namespace {
 	}
 	if s.ttl != nil {
 		ns.LeaseTTL = *s.ttl
+	}
+	if s.maxID != nil {
+		ns.MaxID = *s.maxID
 	}
 	ns.Start = s.start
 	return ns
