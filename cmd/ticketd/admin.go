@@ -26,6 +26,9 @@ func init() {
 	register(commandInfo{name: "namespace create", args: "NAME",
 		summary: "Create a namespace (an independent ID sequence) on every ticket server.",
 		new:     func() command { return &nsCreateCmd{} }})
+	register(commandInfo{name: "namespace update", args: "NAME",
+		summary: "Change a namespace's settings on every ticket server; the flags given change, the rest stay.",
+		new:     func() command { return &nsUpdateCmd{} }})
 	register(commandInfo{name: "namespace get", args: "NAME",
 		summary: "Show a namespace's settings and each ticket server's counter.",
 		new:     func() command { return &nsGetCmd{} }})
@@ -116,19 +119,30 @@ func (c *namespaceHelpCmd) run(context.Context, *Main, []string) error {
 	return usagef("want a command: %s", orList("namespace", subcommands("namespace")))
 }
 
+// nsSettings are the settings flags of namespace create and update.
+type nsSettings struct {
+	blockSize, maxBlockSize, start, maxID int64
+	ttl                                   time.Duration
+}
+
+func (c *nsSettings) register(fs *flag.FlagSet, start string) {
+	fs.Var(cliflag.Int64(&c.blockSize, 0, allocator.MaxBlockSizeLimit), "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
+	fs.Var(cliflag.Int64(&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit), "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
+	fs.Var(cliflag.Int64(&c.start, 0, math.MaxInt64), "start", start)
+	fs.Var(cliflag.Int64(&c.maxID, 0, math.MaxInt64), "max-id", "the ceiling, inclusive: no `ID` above it is ever issued, as for an INT column (2147483647) or "+
+		"IDs a JavaScript client reads exactly (9007199254740991); past it leases fail with id_space_exhausted (0: 9223372036854775807)")
+	fs.DurationVar(&c.ttl, "lease-ttl", 0, "how long a leased block may be used; 0 means forever")
+}
+
 type nsCreateCmd struct {
 	backendFlags
-	blockSize, maxBlockSize, start int64
-	ttl                            time.Duration
-	existsOK                       bool
+	nsSettings
+	existsOK bool
 }
 
 func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
-	c.register(fs)
-	fs.Var(cliflag.Int64(&c.blockSize, 0, allocator.MaxBlockSizeLimit), "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))
-	fs.Var(cliflag.Int64(&c.maxBlockSize, 0, allocator.MaxBlockSizeLimit), "max-block-size", fmt.Sprintf("largest lease, in `IDS` (0: %d)", allocator.DefaultMaxBlockSize))
-	fs.Var(cliflag.Int64(&c.start, 0, math.MaxInt64), "start", "lowest `ID` to issue, to begin above IDs a table already has (0: 1)")
-	fs.DurationVar(&c.ttl, "lease-ttl", 0, "how long a leased block may be used; 0 means forever")
+	c.backendFlags.register(fs)
+	c.nsSettings.register(fs, "lowest `ID` to issue, to begin above IDs a table already has (0: 1)")
 	fs.BoolVar(&c.existsOK, "exists-ok", false, "succeed when the namespace exists already (its settings are left as they are)")
 }
 
@@ -137,7 +151,7 @@ func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	want := allocator.Namespace{Name: name, BlockSize: c.blockSize, MaxBlockSize: c.maxBlockSize, LeaseTTL: c.ttl, Start: c.start}
+	want := allocator.Namespace{Name: name, BlockSize: c.blockSize, MaxBlockSize: c.maxBlockSize, LeaseTTL: c.ttl, Start: c.start, MaxID: c.maxID}
 	if err := want.WithDefaults().Validate(); err != nil {
 		return usageError{err.Error()}
 	}
@@ -158,17 +172,43 @@ func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
 	return m.printJSON(api.FromNamespace(ns))
 }
 
-type nsGetCmd struct{ backendFlags }
+type nsUpdateCmd struct {
+	backendFlags
+	nsSettings
+	fs *flag.FlagSet // to tell the flags given from the others
+}
 
-func (c *nsGetCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+func (c *nsUpdateCmd) flags(fs *flag.FlagSet) {
+	c.backendFlags.register(fs)
+	c.nsSettings.register(fs, "advance every counter to at least this `ID` (counters never move back)")
+	c.fs = fs
+}
 
-func (c *nsGetCmd) run(ctx context.Context, m *Main, args []string) error {
-	name, err := oneArg(args, "namespace name")
+func (c *nsUpdateCmd) run(ctx context.Context, m *Main, args []string) error {
+	b, cur, err := c.namespace(ctx, m, args)
 	if err != nil {
 		return err
 	}
-	b, err := c.open(ctx, m, m.logger(), nil)
-	if err != nil {
+	name := cur.Name
+	want := allocator.Namespace{Name: name, BlockSize: cur.BlockSize, MaxBlockSize: cur.MaxBlockSize, LeaseTTL: cur.LeaseTTL, MaxID: cur.MaxID}
+	c.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "block-size":
+			want.BlockSize = c.blockSize
+		case "max-block-size":
+			want.MaxBlockSize = c.maxBlockSize
+		case "lease-ttl":
+			want.LeaseTTL = c.ttl
+		case "start":
+			want.Start = c.start
+		case "max-id":
+			want.MaxID = c.maxID
+		}
+	})
+	if err := want.WithDefaults().Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	if _, err := b.UpdateNamespace(ctx, want); err != nil {
 		return err
 	}
 	ns, err := b.Namespace(ctx, name)
@@ -176,6 +216,32 @@ func (c *nsGetCmd) run(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	return m.printJSON(api.FromNamespace(ns))
+}
+
+type nsGetCmd struct{ backendFlags }
+
+func (c *nsGetCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+
+func (c *nsGetCmd) run(ctx context.Context, m *Main, args []string) error {
+	_, ns, err := c.namespace(ctx, m, args)
+	if err != nil {
+		return err
+	}
+	return m.printJSON(api.FromNamespace(ns))
+}
+
+// namespace opens the backend and reads the namespace named by the one argument.
+func (c *backendFlags) namespace(ctx context.Context, m *Main, args []string) (allocator.Backend, allocator.Namespace, error) {
+	name, err := oneArg(args, "namespace name")
+	if err != nil {
+		return nil, allocator.Namespace{}, err
+	}
+	b, err := c.open(ctx, m, m.logger(), nil)
+	if err != nil {
+		return nil, allocator.Namespace{}, err
+	}
+	ns, err := b.Namespace(ctx, name)
+	return b, ns, err
 }
 
 type nsListCmd struct{ backendFlags }

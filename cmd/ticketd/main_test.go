@@ -169,12 +169,12 @@ func TestHelpText(t *testing.T) {
 	if code != 0 || strings.Contains(errOut, "Flags") {
 		t.Fatalf("namespace --help: exit %d, a flag list for a command that has none:\n%s", code, errOut)
 	}
-	for _, sub := range []string{"adopt", "create", "get", "list"} {
+	for _, sub := range []string{"adopt", "create", "get", "list", "update"} {
 		if !strings.Contains(errOut, "  namespace "+sub+" ") {
 			t.Errorf("namespace --help does not list namespace %s:\n%s", sub, errOut)
 		}
 	}
-	if _, errOut, _ := run(t, nil, "namespace"); !strings.Contains(errOut, "namespace adopt, create, get or list") {
+	if _, errOut, _ := run(t, nil, "namespace"); !strings.Contains(errOut, "namespace adopt, create, get, list or update") {
 		t.Errorf("namespace alone: %s", errOut)
 	}
 	for name := range commands {
@@ -187,7 +187,7 @@ func TestHelpText(t *testing.T) {
 			t.Errorf("%s --help shows a backquote in its flags:\n%s", name, flags)
 		}
 	}
-	for cmd, want := range map[string]string{"repair": "-server HOST:PORT", "namespace create": "-start ID", "namespace adopt": "-margin IDS", "serve": "-cache-min IDS"} {
+	for cmd, want := range map[string]string{"repair": "-server HOST:PORT", "namespace create": "-start ID", "namespace update": "-max-id ID", "namespace adopt": "-margin IDS", "serve": "-cache-min IDS"} {
 		if _, errOut, _ := run(t, nil, append(strings.Fields(cmd), "--help")...); !strings.Contains(errOut, "  "+want+"\n") {
 			t.Errorf("%s --help lacks %q:\n%s", cmd, want, errOut)
 		}
