@@ -295,6 +295,11 @@ func (h *httpLeaser) settings(ctx context.Context) (allocator.Namespace, error) 
 			return allocator.Namespace{}, fmt.Errorf("%w: %s: namespace is not JSON: %w", ErrBadResponse, ep.base, err)
 		}
 		ns := allocator.Namespace{Name: wn.Name, BlockSize: wn.BlockSize, MaxBlockSize: wn.MaxBlockSize}
+		if wn.MaxID != "" { // absent from servers older than the ceiling: the default
+			if ns.MaxID, err = api.ParseID(wn.MaxID); err != nil {
+				return allocator.Namespace{}, fmt.Errorf("%w: %s: max_id: %w", ErrBadResponse, ep.base, err)
+			}
+		}
 		if wn.LeaseTTL != "" {
 			ttl, err := time.ParseDuration(wn.LeaseTTL)
 			if err != nil || ttl < 0 {

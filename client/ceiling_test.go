@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/embedded"
+	"github.com/ticketd/ticketd/server"
+)
+
+// TestExhaustedAtTheCeiling: 16 goroutines take IDs through two ticketd servers on one store until the
+// namespace's max_id; each then gets allocator.ErrExhausted at once (not a retry until its deadline),
+// no ID is above max_id and none came twice. The settings read carries max_id.
+func TestExhaustedAtTheCeiling(t *testing.T) {
+	const maxID = 50_000
+	store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	if _, err := store.CreateNamespace(context.Background(), allocator.Namespace{Name: "small", BlockSize: 100, MaxID: maxID}); err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for range 2 {
+		srv, err := server.New(server.Config{Backend: store, Auth: server.Auth{Disabled: true},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(srv.Handler())
+		t.Cleanup(func() { ts.Close(); _ = srv.Close() })
+		urls = append(urls, ts.URL)
+	}
+	cfg := config{}.withDefaults()
+	src, err := HTTP(urls...).open("small", &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns, err := src.settings(context.Background()); err != nil || ns.MaxID != maxID {
+		t.Fatalf("settings: %+v, %v; want max_id %d", ns, err, maxID)
+	}
+
+	c := newClient(t, HTTP(urls...), "small")
+	set := newIDSet()
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	highest := make([]int64, 16)
+	for g := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			add := set.adder()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for {
+				id, err := c.Next(ctx)
+				if err != nil {
+					errs[g] = err
+					return
+				}
+				highest[g] = max(highest[g], id)
+				add.add(id)
+			}
+		}()
+	}
+	wg.Wait()
+	for g, err := range errs {
+		if !errors.Is(err, allocator.ErrExhausted) {
+			t.Fatalf("goroutine %d ended with %v, want ErrExhausted", g, err)
+		}
+		if highest[g] > maxID {
+			t.Fatalf("goroutine %d got ID %d, above max_id %d", g, highest[g], maxID)
+		}
+	}
+	set.check(t, set.n.Load())
+	if set.n.Load() == 0 {
+		t.Fatal("no ID served before ErrExhausted")
+	}
+	// The rest are gaps: leased into the servers' segment caches and the client's blocks, unserved when
+	// a lease met the ceiling.
+	t.Logf("%d of the %d IDs below max_id served, then ErrExhausted", set.n.Load(), maxID)
+}
