@@ -2,6 +2,7 @@ package allocatortest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,67 @@ func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("StartAdvancedWhileServerDownAndHolderDownAtReturn", func(t *testing.T) {
 		runStartAdvanced(t, newFleet(t), true)
 	})
+	t.Run("CeilingRaisedWhileServerDown", func(t *testing.T) {
+		runCeilingRaised(t, newFleet(t), false)
+	})
+	t.Run("CeilingRaisedWhileServerDownAndHolderDownAtReturn", func(t *testing.T) {
+		runCeilingRaised(t, newFleet(t), true)
+	})
+}
+
+// runCeilingRaised: with server B down, a lower max_id is refused (what B issued is unknown) and a
+// higher one taken; B comes back (with holderDown, while A is down, so that only the process's own
+// knowledge of the change reaches it) and leases up to the new ceiling. Leased to the end through two
+// processes, every ID up to the new ceiling is issued once and none above it.
+func runCeilingRaised(t *testing.T, f Fleet, holderDown bool) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p1 := r.open(f)
+	const low, high = 1000, 5000
+	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: low}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, a, 3)
+	r.leaseFrom(p1, b, 3)
+	if err := f.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: low / 2}); !errors.Is(err, allocator.ErrUnavailable) {
+		t.Fatalf("a lower max_id with %s down: %v, want ErrUnavailable", b, err)
+	}
+	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: high}); err != nil {
+		t.Fatal(err)
+	}
+	r.untilFrom(p1, a) // the process reads the new settings
+	if holderDown {
+		if err := f.Stop(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Start(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// B leases past the old ceiling, in the process that made the change.
+	for {
+		blk := r.untilFrom(p1, b)
+		if last, _ := blk.Last(); last > low {
+			break
+		}
+	}
+	if holderDown {
+		if err := f.Start(r.ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p2 := r.open(f)
+	for i, p := range []allocator.Backend{p2, p1} {
+		more, err := leaseToEnd(r.ctx, p, "orders", 10)
+		r.blocks = append(r.blocks, more...)
+		if !errors.Is(err, allocator.ErrExhausted) {
+			t.Fatalf("process %d leasing to the ceiling: %v, want ErrExhausted", i+1, err)
+		}
+	}
+	checkBelow(t, r.blocks, 1, high)
 }
 
 // operatorRun is one case's backends and every block they leased.

@@ -85,3 +85,60 @@ func TestOneRequestErrorLeavesItsGroupAlone(t *testing.T) {
 		t.Fatalf("next lease %v, %v; want 16: the refused ones moved nothing", b, err)
 	}
 }
+
+// TestCeilingInsideACommitGroup: 16 leases of 300 race for the last 1,000 IDs below max_id: three get
+// 300, one gets the 100 left, twelve ErrExhausted, whether they share commits or not; none above max_id.
+func TestCeilingInsideACommitGroup(t *testing.T) {
+	s, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "edge", Start: 1_000_000, MaxID: 1_001_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lease(ctx, "edge", 1); err != nil {
+		t.Fatal(err)
+	}
+	before := s.commits.written.Load()
+	var mu sync.Mutex
+	var blocks []allocator.Block
+	var sizes []int64
+	exhausted := 0
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			b, err := s.Lease(ctx, "edge", 300)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				blocks, sizes = append(blocks, b), append(sizes, b.Size)
+			case errors.Is(err, allocator.ErrExhausted):
+				exhausted++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var n int64
+	for _, b := range blocks {
+		if last, _ := b.Last(); last > 1_001_000 {
+			t.Fatalf("block %v passes max_id", b)
+		}
+		n += b.Size
+	}
+	if len(blocks) != 4 || exhausted != 12 || n != 1000 {
+		t.Fatalf("blocks of %v and %d exhausted, want 300, 300, 300, 100 and 12", sizes, exhausted)
+	}
+	if err := allocatortest.CheckDisjoint(blocks); err != nil {
+		t.Fatal(err)
+	}
+	commits := s.commits.written.Load() - before
+	if commits >= 16 {
+		t.Fatalf("16 leases took %d commits: none was grouped", commits)
+	}
+	t.Logf("16 leases in %d commits: blocks of %v", commits, sizes)
+}
