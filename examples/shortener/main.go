@@ -131,20 +131,21 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", ropt.Addr, err)
 	}
-	// The client leases a block of IDs in the background and serves links from it; a link waits for
-	// ticketd only when the block runs dry before the next one arrives.
+	// The ceiling is set before the client exists: its first lease may come at once, and ticketd
+	// refuses a max_id below an ID it issued.
 	urls := strings.Split(o.ticketd, ",")
-	ids, err := client.New(client.HTTP(urls...), o.namespace, client.WithToken(o.token))
-	if err != nil {
-		_ = rdb.Close()
-		return nil, nil, err
-	}
 	ns, err := checkTicketd(ctx, urls, o.namespace, o.token, logger)
 	if err == nil && o.codeLength != 0 && o.codeLength < shortener.MaxCodeLen { // 0: the default, MaxCodeLen
 		err = ensureCeiling(ctx, urls, o, ns, logger)
 	}
 	if err != nil {
-		_ = ids.Close()
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	// The client leases a block of IDs in the background and serves links from it; a link waits for
+	// ticketd only when the block runs dry before the next one arrives.
+	ids, err := client.New(client.HTTP(urls...), o.namespace, client.WithToken(o.token))
+	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, err
 	}
