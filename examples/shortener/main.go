@@ -371,6 +371,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	err = srv.Shutdown(shutdownCtx)
 	st := svc.Stats()
 	logger.Info("stopped", "links_created", st.Created, "redirects", st.Redirects, "refused", st.Refused,
-		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_cap", st.OverCap, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
+		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_cap", st.OverCap, "codes_exhausted", st.Exhausted, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
 	return err
 }
