@@ -356,7 +356,8 @@ func (s *Service) codesExhausted() error {
 }
 
 func (s *Service) exhaustedCause() string {
-	return fmt.Sprintf("every code of up to %d characters is taken (the link IDs reached %d)", s.codec.Length(), s.codec.MaxID())
+	return fmt.Sprintf("every code is taken: ticketd has no link ID left below the namespace's max_id (codes of up to %d characters hold the IDs 1 to %d)",
+		s.codec.Length(), s.codec.MaxID())
 }
 
 // readLinkRequest reads and checks the body of POST /api/links: {"url":"…"} and nothing else.

@@ -507,7 +507,7 @@ func TestCodesExhausted(t *testing.T) {
 			}
 			before := f.keys(t)
 			e := wantError(t, rec, http.StatusInsufficientStorage, CodeExhausted)
-			if !strings.Contains(e.Message, "every code of up to") {
+			if !strings.Contains(e.Message, "every code is taken") {
 				t.Errorf("the refusal says %q", e.Message)
 			}
 			wantError(t, f.do(t, "POST", "/api/links", `{"url":"https://example.com/again"}`), http.StatusInsufficientStorage, CodeExhausted)
