@@ -264,3 +264,32 @@ func TestOpenLoopCountsQueueingDelay(t *testing.T) {
 		t.Fatalf("one closed-loop client sees the service time only: %d requests, p99 %.1fms vs open %.1fms", closed.Ops, closed.P99ms, row.P99ms)
 	}
 }
+
+// How long each space lasts, from the figures that are known: a 63-bit counter at 1 M IDs/s, 7
+// characters of base 62, Twitter's 41-bit clock (July 2080), 48 bits of milliseconds (year 10889).
+func TestSpaceLasts(t *testing.T) {
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name  string
+		space idSpace
+		rate  float64
+		want  string
+	}{
+		{"63-bit counter", counterSpace(63), 1e6, "292,471 years"},
+		{"63-bit counter, 200 M/s", counterSpace(63), 2e8, "1,462 years"},
+		{"7-character codes", codeSpace(7), 1e6, "40.8 days"},
+		{"7-character codes, 200 M/s", codeSpace(7), 2e8, "4.9 hours"},
+		{"Twitter's clock", clockSpace(41, time.Millisecond, time.UnixMilli(1288834974657)), 1e6, "53.7 years"},
+		{"a clock whatever the rate", clockSpace(41, time.Millisecond, time.UnixMilli(1288834974657)), 1, "53.7 years"},
+		{"48-bit ms clock (365-day years)", clockSpace(48, time.Millisecond, time.Unix(0, 0)), 1e6, "8,869 years"},
+		{"nothing runs out", idSpace{}, 1e6, "–"},
+	} {
+		if got := lasts(tt.space.yearsLeft(tt.rate, now)); got != tt.want {
+			t.Errorf("%s: lasts %s, want %s", tt.name, got, tt.want)
+		}
+	}
+	row := shortCodes(scheme{name: "x", coordination: "offsets"}, 1e6, now)
+	if !strings.Contains(row.Scheme, "7-character") || row.Space != "7-character codes (62^7-1 IDs)" || lasts(row.YearsLeftReference) != "40.8 days" {
+		t.Errorf("the shortener row: %+v", row)
+	}
+}

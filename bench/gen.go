@@ -47,7 +47,11 @@ type scheme struct {
 	window     time.Duration
 	// coordination says what keeps the scheme unique when randomBits is zero.
 	coordination string
-	open         func(ctx context.Context) (*generator, error)
+	// space is what runs out first in the scheme's IDs.
+	space idSpace
+	// codes: the scheme also stands for the shortener's codes (a row of their own in the odds table).
+	codes bool
+	open  func(ctx context.Context) (*generator, error)
 }
 
 func decimalText(bin []byte) string { return strconv.FormatUint(binary.BigEndian.Uint64(bin), 10) }
@@ -56,7 +60,7 @@ func put64(dst []byte, v uint64) { binary.BigEndian.PutUint64(dst, v) }
 
 func genSchemes(opts Options, env *mysqlEnv) []scheme {
 	snow := func(name string, l snowflake.Layout) scheme {
-		return scheme{name: name, binSize: 8,
+		return scheme{name: name, binSize: 8, space: clockSpace(int(l.TimeBits), time.Millisecond, l.Epoch),
 			coordination: fmt.Sprintf("unique worker IDs (%s) and a clock that never reuses a millisecond", count(l.Workers())),
 			open: func(context.Context) (*generator, error) {
 				g, err := snowflake.New(snowflake.Config{Layout: l, Worker: 1})
@@ -76,11 +80,13 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 	}
 	return []scheme{
 		{name: ticketName, binSize: 8, coordination: "unique ticket server offsets and counters that never go back",
+			space: counterSpace(63), codes: true,
 			open: func(ctx context.Context) (*generator, error) { return openTicketGen(ctx, opts, env) }},
 		snow("snowflake 41/10/12 (Twitter)", snowflake.Twitter),
 		snow("snowflake 42/10/12 (Discord)", snowflake.Discord),
 		snow("snowflake 41/13/10 (Instagram)", snowflake.Instagram),
 		{name: "bwmarrin/snowflake", binSize: 8, coordination: "unique node IDs (1,024)",
+			space: clockSpace(41, time.Millisecond, time.UnixMilli(bwsnowflake.Epoch).UTC()),
 			open: func(context.Context) (*generator, error) {
 				n, err := bwsnowflake.NewNode(1)
 				if err != nil {
@@ -89,6 +95,7 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 				return &generator{next: func(dst []byte) error { put64(dst, uint64(n.Generate().Int64())); return nil }, text: decimalText}, nil
 			}},
 		{name: "sony/sonyflake", binSize: 8, coordination: "unique machine IDs (65,536)",
+			space: clockSpace(39, 10*time.Millisecond, sonyflakeEpoch),
 			open: func(context.Context) (*generator, error) {
 				sf, err := sonyflake.New(sonyflake.Settings{MachineID: func() (uint16, error) { return 1, nil }})
 				if err != nil {
@@ -108,7 +115,7 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 					return err
 				}, text: uuidText}, nil
 			}},
-		{name: "google/uuid v7", binSize: 16, randomBits: 74, window: time.Millisecond,
+		{name: "google/uuid v7", binSize: 16, randomBits: 74, window: time.Millisecond, space: clockSpace(48, time.Millisecond, time.Unix(0, 0).UTC()),
 			open: func(context.Context) (*generator, error) {
 				return &generator{next: func(dst []byte) error {
 					u, err := uuid.NewV7()
@@ -116,7 +123,7 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 					return err
 				}, text: uuidText}, nil
 			}},
-		{name: "oklog/ulid (monotonic)", binSize: 16, randomBits: 80, window: time.Millisecond,
+		{name: "oklog/ulid (monotonic)", binSize: 16, randomBits: 80, window: time.Millisecond, space: clockSpace(48, time.Millisecond, time.Unix(0, 0).UTC()),
 			open: func(context.Context) (*generator, error) {
 				return &generator{next: func(dst []byte) error {
 					u := ulid.Make() // the library's monotonic, locked default entropy
@@ -125,6 +132,7 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 				}, text: func(bin []byte) string { var u ulid.ULID; copy(u[:], bin); return u.String() }}, nil
 			}},
 		{name: "rs/xid", binSize: 12, coordination: "a unique 3-byte host hash and process ID on every host",
+			space: clockSpace(32, time.Second, time.Unix(0, 0).UTC()),
 			open: func(context.Context) (*generator, error) {
 				return &generator{next: func(dst []byte) error {
 					id := xid.New()
@@ -132,7 +140,7 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 					return nil
 				}, text: func(bin []byte) string { var id xid.ID; copy(id[:], bin); return id.String() }}, nil
 			}},
-		{name: "segmentio/ksuid", binSize: 20, randomBits: 128, window: time.Second,
+		{name: "segmentio/ksuid", binSize: 20, randomBits: 128, window: time.Second, space: clockSpace(32, time.Second, time.Unix(ksuidEpoch, 0).UTC()),
 			open: func(context.Context) (*generator, error) {
 				return &generator{next: func(dst []byte) error {
 					k, err := ksuid.NewRandom()
@@ -142,6 +150,11 @@ func genSchemes(opts Options, env *mysqlEnv) []scheme {
 			}},
 	}
 }
+
+// sonyflakeEpoch is sony/sonyflake's default start time; ksuidEpoch is KSUID's, in Unix seconds.
+var sonyflakeEpoch = time.Date(2014, 9, 1, 0, 0, 0, 0, time.UTC)
+
+const ksuidEpoch = 1_400_000_000
 
 func uuidText(bin []byte) string {
 	var u uuid.UUID
@@ -226,10 +239,14 @@ type GenRow struct {
 type GenReport struct {
 	Rows []GenRow  `json:"rows"`
 	Odds []OddsRow `json:"collision_odds"`
+	// ShortCodes is the ticket row's IDs as the shortener's codes of a few characters: a space of its
+	// own, the last row of the collision table.
+	ShortCodes *OddsRow `json:"short_codes,omitempty"`
 }
 
 func runGen(ctx context.Context, opts Options, env *mysqlEnv) (*GenReport, error) {
 	rep := &GenReport{}
+	now := time.Now()
 	for _, s := range genSchemes(opts, env) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -250,7 +267,11 @@ func runGen(ctx context.Context, opts Options, env *mysqlEnv) (*GenReport, error
 			g.close()
 		}
 		rep.Rows = append(rep.Rows, row)
-		rep.Odds = append(rep.Odds, odds(s, row.IDsPerSecond))
+		rep.Odds = append(rep.Odds, odds(s, row.IDsPerSecond, now))
+		if s.codes {
+			codes := shortCodes(s, row.IDsPerSecond, now)
+			rep.ShortCodes = &codes
+		}
 		opts.line.end()
 	}
 	return rep, nil

@@ -106,15 +106,23 @@ func (g *GenReport) markdown(w io.Writer) {
 	p("\n### Collision odds\n\n")
 	p("P(at least one collision in a year) ≈ n²/2^(b+1) per window of the time prefix, summed over the year's windows, ")
 	p("for independent generators issuing at the rate this run measured for the scheme (and at 1 M IDs/s, the article's figure). ")
-	p("Coordinated schemes have no random bits: zero, as long as what keeps them apart holds.\n\n")
-	p("| scheme | random bits | window | measured rate | P(collision in a year) at that rate | at 1 M IDs/s | unique as long as |\n")
-	p("|---|--:|---|--:|--:|--:|---|\n")
-	for _, o := range g.Odds {
+	p("Coordinated schemes have no random bits: zero, as long as what keeps them apart holds. ")
+	p("*runs out* is what ends first in the IDs, and *lasts* how long it does from the run's date at the measured rate and at 1 M IDs/s: ")
+	p("a counter (a ticket namespace of 2^63-1 IDs, or one whose max_id is that of %d-character shortener codes) is used up by issuing, ", shortCodeLength)
+	p("a time field ends on its date whatever the rate.\n\n")
+	p("| scheme | random bits | window | measured rate | P(collision in a year) at that rate | at 1 M IDs/s | unique as long as | runs out | lasts at that rate | at 1 M IDs/s |\n")
+	p("|---|--:|---|--:|--:|--:|---|---|--:|--:|\n")
+	rows := g.Odds
+	if g.ShortCodes != nil {
+		rows = append(rows[:len(rows):len(rows)], *g.ShortCodes)
+	}
+	for _, o := range rows {
 		win := o.Window
 		if win == "" && o.RandomBits > 0 {
 			win = "none (all random)"
 		}
-		p("| %s | %d | %s | %s | %s | %s | %s |\n", o.Scheme, o.RandomBits, win, rate(o.Rate), oneIn(o.PYear), oneIn(o.PYearReference), orDash(o.Coordination))
+		p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", o.Scheme, o.RandomBits, win, rate(o.Rate), oneIn(o.PYear), oneIn(o.PYearReference), orDash(o.Coordination),
+			orDash(o.Space), lasts(o.YearsLeft), lasts(o.YearsLeftReference))
 	}
 	p("\n")
 }

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,8 @@ type options struct {
 	createRate                        float64
 	createBurst                       int
 	maxLinks                          int64
+	codeLength                        int
+	adminToken                        string
 	shutdownTimeout                   time.Duration
 	logLevel                          string
 }
@@ -82,6 +85,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Float64Var(&o.createRate, "create-rate", 1, "links a second one client address may create; 0: no limit")
 	fs.IntVar(&o.createBurst, "create-burst", 20, "links one client address may create at once above --create-rate")
 	fs.Int64Var(&o.maxLinks, "max-links", 0, "most links the service holds; past it creating one answers 507 (0: no cap)")
+	fs.IntVar(&o.codeLength, "code-length", shortener.MaxCodeLen, fmt.Sprintf("longest code, %d to %d characters: link IDs stop at 62^N-1, the namespace's max_id in ticketd; choose it before the first link", shortener.MinCodeLen, shortener.MaxCodeLen))
+	fs.StringVar(&o.adminToken, "admin-token", "", "ticketd admin `TOKEN`, used once at start to set the namespace's max_id for --code-length (created if missing); without it, the namespace's max_id must already fit")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envName(f.Name) + "]" })
@@ -126,20 +131,25 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", ropt.Addr, err)
 	}
+	// The ceiling is set before the client exists: its first lease may come at once, and ticketd
+	// refuses a max_id below an ID it issued.
+	urls := strings.Split(o.ticketd, ",")
+	ns, err := checkTicketd(ctx, urls, o.namespace, o.token, logger)
+	if err == nil && o.codeLength != 0 && o.codeLength < shortener.MaxCodeLen { // 0: the default, MaxCodeLen
+		err = ensureCeiling(ctx, urls, o, ns, logger)
+	}
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
 	// The client leases a block of IDs in the background and serves links from it; a link waits for
 	// ticketd only when the block runs dry before the next one arrives.
-	urls := strings.Split(o.ticketd, ",")
 	ids, err := client.New(client.HTTP(urls...), o.namespace, client.WithToken(o.token))
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, err
 	}
-	if err := checkTicketd(ctx, urls, o.namespace, o.token, logger); err != nil {
-		_ = ids.Close()
-		_ = rdb.Close()
-		return nil, nil, err
-	}
-	svc, err := shortener.New(shortener.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL,
+	svc, err := shortener.New(shortener.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL, CodeLength: o.codeLength,
 		NoScramble: !o.scramble, ScrambleKey: o.scrambleKey, Development: o.dev, CreateToken: o.createToken,
 		CreateRate: o.createRate, CreateBurst: o.createBurst, MaxLinks: o.maxLinks, Logger: logger})
 	if err != nil {
@@ -187,17 +197,24 @@ func checkSecrets(o options) error {
 	return nil
 }
 
+// namespaceInfo is what the shortener reads of ticketd's namespace: whether it answered, and the
+// namespace's ceiling (max_id, a decimal string; absent from a ticketd without ceilings).
+type namespaceInfo struct {
+	found bool
+	MaxID string `json:"max_id"`
+}
+
 // checkTicketd asks ticketd for the namespace with the token before serving. A token it refuses (401,
 // 403) stops the start with ticketd's own reason, which would otherwise show only as 503s on the first
 // links and in the log. A ticketd that does not answer yet is logged, not fatal: the client retries.
-func checkTicketd(ctx context.Context, urls []string, namespace, token string, logger *slog.Logger) error {
+func checkTicketd(ctx context.Context, urls []string, namespace, token string, logger *slog.Logger) (namespaceInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, base := range urls {
 		base = strings.TrimRight(strings.TrimSpace(base), "/")
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/namespaces/"+namespace, nil)
 		if err != nil {
-			return fmt.Errorf("--ticketd %q: %w", base, err)
+			return namespaceInfo{}, fmt.Errorf("--ticketd %q: %w", base, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
@@ -211,16 +228,78 @@ func checkTicketd(ctx context.Context, urls []string, namespace, token string, l
 		_ = json.Unmarshal(body, &e)
 		switch resp.StatusCode {
 		case http.StatusOK:
-			return nil
+			ns := namespaceInfo{found: true}
+			_ = json.Unmarshal(body, &ns)
+			return ns, nil
 		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("ticketd at %s refuses the token for namespace %s: %d %s: %s; give the token ticketd serve has for it (--token or $SHORTENER_TOKEN)",
+			return namespaceInfo{}, fmt.Errorf("ticketd at %s refuses the token for namespace %s: %d %s: %s; give the token ticketd serve has for it (--token or $SHORTENER_TOKEN)",
 				base, namespace, resp.StatusCode, e.Error.Code, e.Error.Message)
 		default:
 			logger.Warn("ticketd cannot lease IDs of the namespace yet; starting anyway", "ticketd", base, "namespace", namespace,
 				"status", resp.StatusCode, "code", e.Error.Code, "message", e.Error.Message)
 		}
 	}
-	return nil
+	return namespaceInfo{}, nil
+}
+
+// ensureCeiling makes sure ticketd issues no link ID above the largest that a code of --code-length
+// holds: the namespace's max_id must be at most 62^N-1. With --admin-token it sets max_id to that
+// (PUT /v1/namespaces/{ns}, which creates the namespace if missing, and which ticketd refuses if an ID
+// above it was issued already); without, a namespace whose max_id is higher, or that cannot be read,
+// stops the start with what to do.
+func ensureCeiling(ctx context.Context, urls []string, o options, ns namespaceInfo, logger *slog.Logger) error {
+	codec, err := shortener.PlainCodec().WithLength(o.codeLength)
+	if err != nil {
+		return fmt.Errorf("--code-length: %w", err)
+	}
+	want := codec.MaxID()
+	if cur, err := strconv.ParseInt(ns.MaxID, 10, 64); ns.found && err == nil && cur <= want {
+		return nil // already within the codes
+	}
+	if o.adminToken == "" {
+		have := "cannot be read"
+		if ns.found {
+			have = "has max_id " + orDefault(ns.MaxID, "2^63-1")
+		}
+		return fmt.Errorf("--code-length %d: namespace %s %s, but codes of %d characters hold IDs up to %d; set its max_id to %d (PUT /v1/namespaces/%s {\"max_id\":\"%d\"}), or give --admin-token ($SHORTENER_ADMIN_TOKEN) and the shortener sets it",
+			o.codeLength, o.namespace, have, o.codeLength, want, want, o.namespace, want)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body := fmt.Sprintf(`{"max_id":"%d"}`, want)
+	var lastErr error
+	for _, base := range urls {
+		base = strings.TrimRight(strings.TrimSpace(base), "/")
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/namespaces/"+o.namespace, strings.NewReader(body))
+		if err != nil {
+			return fmt.Errorf("--ticketd %q: %w", base, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+o.adminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
+			logger.Info("namespace max_id set for the code length", "namespace", o.namespace, "max_id", want, "code_length", o.codeLength)
+			return nil
+		}
+		var e api.Error
+		_ = json.Unmarshal(answer, &e)
+		return fmt.Errorf("--code-length %d: ticketd at %s refused max_id %d for namespace %s: %d %s: %s",
+			o.codeLength, base, want, o.namespace, resp.StatusCode, e.Error.Code, e.Error.Message)
+	}
+	return fmt.Errorf("--code-length %d: no ticketd answered to set namespace %s's max_id to %d: %w", o.codeLength, o.namespace, want, lastErr)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func redisOptions(addr string) (*goredis.Options, error) {
@@ -257,6 +336,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := checkSecrets(o); err != nil {
 		return err
 	}
+	if o.codeLength < shortener.MinCodeLen || o.codeLength > shortener.MaxCodeLen {
+		return fmt.Errorf("--code-length %d: it must be %d to %d", o.codeLength, shortener.MinCodeLen, shortener.MaxCodeLen)
+	}
 	if o.dev {
 		logger.Warn("development mode (--dev): codes may be unscrambled or scrambled with a random key of this run, and short URLs may take the Host a client sends; never run so in production")
 	}
@@ -289,6 +371,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	err = srv.Shutdown(shutdownCtx)
 	st := svc.Stats()
 	logger.Info("stopped", "links_created", st.Created, "redirects", st.Redirects, "refused", st.Refused,
-		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_cap", st.OverCap, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
+		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_cap", st.OverCap, "codes_exhausted", st.Exhausted, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
 	return err
 }

@@ -151,6 +151,20 @@ func call(method, url, body string) (*http.Response, []byte, error) {
 	return resp, b, err
 }
 
+// serveShortener opens the service with opts and serves it on a test server; both are closed when the
+// test ends.
+func serveShortener(t *testing.T, opts options) (*shortener.Service, *httptest.Server) {
+	t.Helper()
+	svc, disconnect, err := open(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(disconnect)
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	return svc, srv
+}
+
 // link is what the test knows of a link it created.
 type link struct {
 	url, code, shortURL string
@@ -213,17 +227,11 @@ func TestEndToEnd(t *testing.T) {
 	// --dev for short URLs on the test server's own Host; the scramble key as in production.
 	opts := options{ticketd: ticketd, token: linksToken, namespace: "links", redis: redisAddr, keyPrefix: prefix, scramble: true,
 		scrambleKey: e2eScrambleKey, dev: true}
-	svc, disconnect, err := open(context.Background(), opts, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer disconnect()
-	srv := httptest.NewServer(svc.Handler())
-	defer srv.Close()
+	svc, srv := serveShortener(t, opts)
 
 	const links, clients = 10_000, 32
 	made := make([]link, links)
-	err = parallel(clients, links, func(i int) error {
+	err := parallel(clients, links, func(i int) error {
 		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/e2e/%d?q=%d", i, i*7))
 		made[i] = l
 		return err
@@ -333,6 +341,118 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
+// TestShortCodesEndToEnd: the shortener with --code-length 4 on ticketd serve (the MariaDB pair).
+// Without the admin token it refuses to start (the namespace's max_id is 2^63-1); with it, it sets
+// max_id to 62^4-1. 3,000 links from 16 clients get distinct codes of at most 4 characters, each
+// decoding to its ID. Then a shortener on a namespace that starts 401 IDs below 62^4-1 creates links
+// until the IDs run out, none above, and then POST /api/links answers 507 codes_exhausted and
+// /healthz says "exhausted".
+func TestShortCodesEndToEnd(t *testing.T) {
+	redisAddr := testenv.RedisAddr(t)
+	ticketd, _ := startTicketd(t, 100)
+	prefix := testenv.RedisPrefix(t, "shortener-short-")
+	opts := options{ticketd: ticketd, token: linksToken, namespace: "links", redis: redisAddr, keyPrefix: prefix, scramble: true,
+		scrambleKey: e2eScrambleKey, dev: true, codeLength: 4}
+	if _, _, err := open(context.Background(), opts, nil); err == nil || !strings.Contains(err.Error(), `set its max_id to 14776335`) {
+		t.Fatalf("without the admin token: %v, want a refusal naming max_id 14776335", err)
+	}
+	opts.adminToken = adminToken
+	svc, srv := serveShortener(t, opts)
+	admin := func(method, path, body string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(method, ticketd+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+		return b
+	}
+	var ns struct {
+		MaxID string `json:"max_id"`
+	}
+	if err := json.Unmarshal(admin("GET", "/v1/namespaces/links", ""), &ns); err != nil || ns.MaxID != "14776335" {
+		t.Fatalf("the namespace's max_id is %q (%v), want 14776335", ns.MaxID, err)
+	}
+
+	codec, err := shortener.NewCodec(e2eScrambleKey).WithLength(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes, ids := map[string]bool{}, map[int64]bool{}
+	check := func(l link) {
+		t.Helper()
+		if len(l.code) > 4 || codes[l.code] || ids[l.id] || l.id > codec.MaxID() {
+			t.Fatalf("link %+v: a code over 4 characters, a code or ID seen before, or an ID above %d", l, codec.MaxID())
+		}
+		if id, err := codec.Decode(l.code); err != nil || id != l.id {
+			t.Fatalf("code %s decodes to %d, %v; its ID is %d", l.code, id, err, l.id)
+		}
+		codes[l.code], ids[l.id] = true, true
+	}
+	const links = 3000
+	made := make([]link, links)
+	if err := parallel(16, links, func(i int) error {
+		var err error
+		made[i], err = createLink(srv.URL, fmt.Sprintf("https://example.com/short/%d", i))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range made {
+		check(l)
+	}
+
+	// A second shortener on namespace other, created by the admin just below the ceiling (401 IDs
+	// left, shared by the two ticket servers): links are created until the codes run out.
+	admin("PUT", "/v1/namespaces/other", fmt.Sprintf(`{"start":"%d"}`, codec.MaxID()-400))
+	opts.namespace, opts.token, opts.keyPrefix = "other", otherToken, testenv.RedisPrefix(t, "shortener-tail-")
+	svc, srv = serveShortener(t, opts)
+	codes, ids = map[string]bool{}, map[int64]bool{}
+	var refusal []byte
+	for i := 0; refusal == nil; i++ {
+		if i > 1000 {
+			t.Fatalf("%d links created below a ceiling 401 IDs away", i)
+		}
+		resp, body, err := call("POST", srv.URL+"/api/links", fmt.Sprintf(`{"url":"https://example.com/last/%d"}`, i))
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case resp.StatusCode == http.StatusCreated:
+			var l struct{ Code, ID string }
+			if err := json.Unmarshal(body, &l); err != nil {
+				t.Fatal(err)
+			}
+			id, _ := api.ParseID(l.ID)
+			check(link{code: l.Code, id: id})
+		default:
+			refusal = body
+			if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"code":"codes_exhausted"`) {
+				t.Fatalf("link %d: %d %s, want 507 codes_exhausted", i, resp.StatusCode, body)
+			}
+		}
+	}
+	// At least every ID of one ticket server, up to its last below the ceiling. (ticketd may answer
+	// 409 to the client's larger lease while its segment cache still holds the other server's last IDs,
+	// which smaller leases get: then fewer than all 401 become links.)
+	if len(ids) < 200 || len(ids) > 401 || !ids[codec.MaxID()] && !ids[codec.MaxID()-1] {
+		t.Errorf("%d links below the ceiling, want 200 to 401, the last of them %d or %d", len(ids), codec.MaxID()-1, codec.MaxID())
+	}
+	resp, body, err := call("GET", srv.URL+"/healthz", "")
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"exhausted"`) {
+		t.Fatalf("healthz: %v %s %v", resp, body, err)
+	}
+	if st := svc.Stats(); st.Exhausted < 1 || st.Failed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("%d links, the last refused with %s", len(ids), refusal)
+}
+
 // testCommand runs the command itself (flags, environment, connecting, graceful shutdown) against
 // the same ticketd and Redis.
 func testCommand(t *testing.T, ticketd, redisAddr string) {
@@ -438,7 +558,7 @@ func TestFlags(t *testing.T) {
 	}
 	want := options{listen: "127.0.0.1:1234", ticketd: "http://127.0.0.1:8080", token: "tok", namespace: "short", redis: "r:6379",
 		keyPrefix: shortener.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info",
-		createRate: 1, createBurst: 20}
+		createRate: 1, createBurst: 20, codeLength: shortener.MaxCodeLen}
 	if o != want {
 		t.Fatalf("got  %+v\nwant %+v", o, want)
 	}
@@ -451,6 +571,7 @@ func TestFlags(t *testing.T) {
 		"unknown flag":      {[]string{"--redis-addr", "x"}, nil},
 		"stray argument":    {[]string{"serve"}, nil},
 		"bad duration, env": {nil, map[string]string{"SHORTENER_SHUTDOWN_TIMEOUT": "soon"}},
+		"code length, env":  {nil, map[string]string{"SHORTENER_CODE_LENGTH": "short"}},
 	} {
 		if _, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -5,11 +5,14 @@
 package testenv
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,4 +307,56 @@ func RunWithTicketd(m *testing.M, bin *string) int {
 	defer cleanup()
 	*bin = b
 	return m.Run()
+}
+
+// StartServe runs `bin serve --listen 127.0.0.1:0 ARGS` with env added to this process's
+// environment, waits for its "listening" log line and returns its base URL. The process is killed when
+// the test ends; its log is shown if the test failed.
+func StartServe(t testing.TB, bin string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	pr, pw := io.Pipe()
+	var log strings.Builder
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
+	addr := make(chan string, 1)
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			log.Write(append(sc.Bytes(), '\n'))
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.Addr
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		<-logged
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("ticketd serve log:\n%s", log.String())
+		}
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-exited:
+		<-logged
+		t.Fatalf("ticketd serve exited at start:\n%s", log.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("ticketd serve did not listen within 60s")
+	}
+	return ""
 }

@@ -266,3 +266,74 @@ func BenchmarkCodec(b *testing.B) {
 		})
 	}
 }
+
+// TestShortCodesAreABijection checks every ID of small code spaces (codes of 1 to 3 characters, built
+// the way WithLength builds 4 to 10): each code fits the length, decodes back to its ID, and no two
+// IDs share one, so the codes are exactly a permutation of [1, 62^n-1].
+func TestShortCodesAreABijection(t *testing.T) {
+	for _, base := range []*Codec{NewCodec(knownKey), PlainCodec()} {
+		for n := 1; n <= 3; n++ {
+			c := newCodec(base.block, n)
+			seen := make(map[string]int64, c.MaxID())
+			for id := int64(1); id <= c.MaxID(); id++ {
+				code, err := c.Encode(id)
+				if err != nil || len(code) > n {
+					t.Fatalf("length %d, scrambled %v: Encode(%d) = %q, %v", n, c.Scrambled(), id, code, err)
+				}
+				if other, dup := seen[code]; dup {
+					t.Fatalf("length %d: IDs %d and %d share the code %q", n, other, id, code)
+				}
+				seen[code] = id
+				if back, err := c.Decode(code); err != nil || back != id {
+					t.Fatalf("length %d: Decode(%q) = %d, %v; want %d", n, code, back, err, id)
+				}
+			}
+			if want := int(pow62(n) - 1); len(seen) != want {
+				t.Fatalf("length %d: %d codes, want %d", n, len(seen), want)
+			}
+			if _, err := c.Encode(c.MaxID() + 1); !errors.Is(err, ErrCodesExhausted) {
+				t.Fatalf("length %d: Encode(%d) = %v, want ErrCodesExhausted", n, c.MaxID()+1, err)
+			}
+		}
+	}
+}
+
+func TestWithLength(t *testing.T) {
+	full := NewCodec(knownKey)
+	for _, n := range []int{0, MinCodeLen - 1, MaxCodeLen + 1} {
+		if _, err := full.WithLength(n); err == nil {
+			t.Errorf("WithLength(%d) accepted", n)
+		}
+	}
+	if c, err := full.WithLength(MaxCodeLen); err != nil || c != full || c.MaxID() != math.MaxInt64 {
+		t.Fatalf("WithLength(%d) = %v, %v; want the codec itself", MaxCodeLen, c, err)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	for n := MinCodeLen; n < MaxCodeLen; n++ {
+		for name, base := range codecs() {
+			c, err := base.WithLength(n)
+			if err != nil || c.Length() != n || c.MaxID() != int64(pow62(n)-1) {
+				t.Fatalf("%s: WithLength(%d) = %v, %v", name, n, c, err)
+			}
+			ids := []int64{1, 2, 61, 62, c.MaxID() - 1, c.MaxID()}
+			for range 200 {
+				ids = append(ids, 1+rng.Int64N(c.MaxID()))
+			}
+			for _, id := range ids {
+				code, err := c.Encode(id)
+				if err != nil || len(code) > n {
+					t.Fatalf("%s, length %d: Encode(%d) = %q, %v", name, n, id, code, err)
+				}
+				if back, err := c.Decode(code); err != nil || back != id {
+					t.Fatalf("%s, length %d: Decode(%q) = %d, %v; want %d", name, n, code, back, err, id)
+				}
+			}
+			if _, err := c.Encode(c.MaxID() + 1); !errors.Is(err, ErrCodesExhausted) {
+				t.Fatalf("%s, length %d: Encode(MaxID+1) = %v, want ErrCodesExhausted", name, n, err)
+			}
+			if _, err := c.Decode(strings.Repeat("1", n+1)); !errors.Is(err, ErrInvalidCode) {
+				t.Fatalf("%s, length %d: a code of %d characters decoded: %v", name, n, n+1, err)
+			}
+		}
+	}
+}

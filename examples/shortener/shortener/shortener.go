@@ -6,11 +6,13 @@
 //
 //	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","id","url"}; with a creation
 //	                       token, only for "Authorization: Bearer TOKEN"; 429 with Retry-After past a
-//	                       client address's rate; 507 past the cap on links
+//	                       client address's rate; 507 past the cap on links, and 507 codes_exhausted
+//	                       once every code of Config.CodeLength characters is taken
 //	GET  /{code}           → 301 to the link's URL, and one more hit; 404 for an unknown code
 //	GET  /api/links/{code} → 200 {"code","short_url","id","url","hits","created_at"}
 //	GET  /healthz          → 200 {"status":"ok","ticketd":"ok"} while Redis answers; "degraded", with
-//	                         the cause in "ticketd", while leases from ticketd fail
+//	                         the cause in "ticketd", while leases from ticketd fail; "exhausted"
+//	                         once every code is taken
 //
 // Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 401, 413,
 // 429, 507) creates nothing and takes no ID.
@@ -62,10 +64,11 @@ const (
 // Error codes of the API, besides ticketd's own invalid_json, unknown_field, body_too_large,
 // route_not_found, method_not_allowed, unavailable and internal.
 const (
-	CodeInvalidURL   = "invalid_url"    // 400: not an http(s) URL with a host, of at most MaxURLBytes
-	CodeInvalidCode  = "invalid_code"   // 400 from /api/links/{code}: not a code the service could have made
-	CodeLinkNotFound = "link_not_found" // 404: no link has this code
-	CodeTooManyLinks = "too_many_links" // 507: the service holds Config.MaxLinks links already
+	CodeInvalidURL   = "invalid_url"     // 400: not an http(s) URL with a host, of at most MaxURLBytes
+	CodeInvalidCode  = "invalid_code"    // 400 from /api/links/{code}: not a code the service could have made
+	CodeLinkNotFound = "link_not_found"  // 404: no link has this code
+	CodeTooManyLinks = "too_many_links"  // 507: the service holds Config.MaxLinks links already
+	CodeExhausted    = "codes_exhausted" // 507: every code of Config.CodeLength characters is taken
 )
 
 // Config configures a Service. Zero values mean the defaults given with each field.
@@ -86,6 +89,11 @@ type Config struct {
 	// ScrambleKey keys the scramble: a secret of at least MinScrambleKeyLength characters (openssl rand
 	// -hex 32). Required unless NoScramble or Development; never change it once links exist.
 	ScrambleKey string
+	// CodeLength is the length of the longest code, MinCodeLen to MaxCodeLen: link IDs go up to
+	// 62^CodeLength-1, and the namespace's max_id in ticketd must not be above that (Codec.MaxID).
+	// Past it, creating a link answers 507 codes_exhausted. Choose it before the first link: the codes
+	// of one key differ from one length to another. Default MaxCodeLen (IDs up to 2^63-1).
+	CodeLength int
 	// Development lets the service run without a ScrambleKey (a random key of this process is used:
 	// codes stay unguessable, and links made before a restart keep working) and without a BaseURL. For
 	// a developer's machine only.
@@ -122,7 +130,8 @@ type Service struct {
 	maxLinks    int64
 
 	created, redirects, refused, notFound, failed atomic.Int64
-	unauthorized, rateLimited, overCap            atomic.Int64
+	unauthorized, rateLimited, overCap, exhausted atomic.Int64
+	codesLeft                                     atomic.Bool // false once a link found every code taken
 }
 
 // Stats are a Service's counters.
@@ -136,8 +145,9 @@ type Stats struct {
 	// Failed counts requests that failed because ticketd or Redis did not answer (5xx).
 	Failed int64
 	// Unauthorized, RateLimited and OverCap count link creations refused for a missing or wrong
-	// creation token (401), past a client address's rate (429) and past MaxLinks (507).
-	Unauthorized, RateLimited, OverCap int64
+	// creation token (401), past a client address's rate (429) and past MaxLinks (507); Exhausted
+	// those refused because every code is taken (507 codes_exhausted).
+	Unauthorized, RateLimited, OverCap, Exhausted int64
 	// IDs are the ticketd client's counters: IDs.Refills is the number of blocks leased from ticketd.
 	IDs client.Stats
 }
@@ -188,6 +198,14 @@ func New(cfg Config) (*Service, error) {
 	default:
 		return nil, errors.New("shortener: no scramble key: give a secret of at least 32 characters (openssl rand -hex 32); without one anyone could list every link by encoding 1, 2, 3, …")
 	}
+	if cfg.CodeLength != 0 {
+		c, err := s.codec.WithLength(cfg.CodeLength)
+		if err != nil {
+			return nil, err
+		}
+		s.codec = c
+	}
+	s.codesLeft.Store(true)
 	if cfg.CreateToken != "" {
 		if err := api.CheckToken(cfg.CreateToken); err != nil {
 			return nil, fmt.Errorf("shortener: creation token: %w", err)
@@ -232,7 +250,7 @@ func (s *Service) Handler() http.Handler { return s.echo }
 func (s *Service) Stats() Stats {
 	return Stats{Created: s.created.Load(), Redirects: s.redirects.Load(), Refused: s.refused.Load(),
 		NotFound: s.notFound.Load(), Failed: s.failed.Load(), Unauthorized: s.unauthorized.Load(),
-		RateLimited: s.rateLimited.Load(), OverCap: s.overCap.Load(), IDs: s.ids.Stats()}
+		RateLimited: s.rateLimited.Load(), OverCap: s.overCap.Load(), Exhausted: s.exhausted.Load(), IDs: s.ids.Stats()}
 }
 
 // linkJSON is a link on the wire. The ID is a decimal string: it may pass 2^53.
@@ -269,10 +287,18 @@ func (s *Service) createLink(c echo.Context) error {
 	// scramble key or setting (or by this very write, when Redis retried it); then the next ID is tried.
 	for range 3 {
 		id, err := s.ids.Next(ctx)
+		if errors.Is(err, allocator.ErrExhausted) {
+			return s.codesExhausted()
+		}
 		if err != nil {
 			return unavailable("no link ID available from ticketd: "+TicketdCause(err), err)
 		}
 		code, err := s.codec.Encode(id)
+		if errors.Is(err, ErrCodesExhausted) {
+			s.logger.Error("ticketd issued an ID above the largest code: the namespace's max_id must be at most the codec's MaxID",
+				"id", id, "max_id", s.codec.MaxID(), "code_length", s.codec.Length())
+			return s.codesExhausted()
+		}
 		if err != nil {
 			return fmt.Errorf("ticketd issued ID %d: %w", id, err)
 		}
@@ -288,6 +314,7 @@ func (s *Service) createLink(c echo.Context) error {
 			continue
 		}
 		s.created.Add(1)
+		s.codesLeft.Store(true)
 		c.Response().Header().Set(echo.HeaderLocation, "/api/links/"+code)
 		return c.JSON(http.StatusCreated, linkJSON{Code: code, ShortURL: s.shortURL(c, code),
 			ID: strconv.FormatInt(id, 10), URL: target})
@@ -319,6 +346,18 @@ func (s *Service) mayCreate(c echo.Context) error {
 func (s *Service) tooManyLinks() error {
 	s.overCap.Add(1)
 	return refuse(http.StatusInsufficientStorage, CodeTooManyLinks, "the service holds its limit of %d links; no more can be created", s.maxLinks)
+}
+
+// codesExhausted refuses a link for want of codes: ticketd has no ID left below the namespace's max_id.
+func (s *Service) codesExhausted() error {
+	s.exhausted.Add(1)
+	s.codesLeft.Store(false)
+	return refuse(http.StatusInsufficientStorage, CodeExhausted, "%s; no more links can be created", s.exhaustedCause())
+}
+
+func (s *Service) exhaustedCause() string {
+	return fmt.Sprintf("every code is taken: ticketd has no link ID left below the namespace's max_id (codes of up to %d characters hold the IDs 1 to %d)",
+		s.codec.Length(), s.codec.MaxID())
 }
 
 // readLinkRequest reads and checks the body of POST /api/links: {"url":"…"} and nothing else.
@@ -425,8 +464,9 @@ func (s *Service) getLink(c echo.Context) error {
 
 // Health is the answer of GET /healthz.
 type Health struct {
-	// Status is "ok", or "degraded" while leases from ticketd fail (links are still served, and created
-	// while cached IDs last).
+	// Status is "ok", "degraded" while leases from ticketd fail (links are still served, and created
+	// while cached IDs last), or "exhausted" once every code is taken (links are still served; none
+	// can be created).
 	Status string `json:"status"`
 	// Ticketd is "ok", or why the last lease failed.
 	Ticketd string `json:"ticketd"`
@@ -441,7 +481,11 @@ func (s *Service) healthz(c echo.Context) error {
 		return unavailable("the link store does not answer", err)
 	}
 	h := Health{Status: "ok", Ticketd: "ok"}
-	if err := s.ids.Stats().LastError; err != nil {
+	err := s.ids.Stats().LastError
+	switch {
+	case !s.codesLeft.Load() || errors.Is(err, allocator.ErrExhausted):
+		h.Status, h.Ticketd = "exhausted", s.exhaustedCause()
+	case err != nil:
 		h.Status, h.Ticketd = "degraded", "leases fail: "+TicketdCause(err)
 	}
 	return c.JSON(http.StatusOK, h)
@@ -539,7 +583,7 @@ func (s *Service) handleError(err error, c echo.Context) {
 		ae = &apiError{status: http.StatusInternalServerError, code: api.CodeInternal, message: "internal error; see the service log", cause: err}
 	}
 	switch {
-	case ae.status >= 500 && ae.status != http.StatusInsufficientStorage: // 507 is a refusal, counted as OverCap
+	case ae.status >= 500 && ae.status != http.StatusInsufficientStorage: // 507 is a refusal, counted as OverCap or Exhausted
 		s.failed.Add(1)
 		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path,
 			"status", ae.status, "code", ae.code, "err", ae.cause)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -459,4 +460,68 @@ func BenchmarkService(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestCodesExhausted: once ticketd has no ID left, or issues one above the largest code of
+// Config.CodeLength, POST /api/links answers 507 codes_exhausted (not 503: retrying cannot help),
+// creates nothing, and /healthz says "exhausted".
+func TestCodesExhausted(t *testing.T) {
+	for name, tc := range map[string]struct {
+		start  int64
+		length int
+		links  int // links that fit before the refusal
+	}{
+		"no ID left":                  {math.MaxInt64 - 10, 0, 11},
+		"an ID above the codes":       {62 * 62 * 62 * 62, 4, 0},
+		"the last ID of 4 characters": {62*62*62*62 - 1, 4, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			if _, err := st.CreateNamespace(context.Background(), allocator.Namespace{Name: "links", BlockSize: 100, Start: tc.start}); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := client.New(client.FromBackend(st), "links", client.WithMaxWait(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ids.Close() })
+			f := newFixture(t, func(c *Config) { c.IDs, c.CodeLength = ids, tc.length })
+			var rec *httptest.ResponseRecorder
+			created := 0
+			for ; created <= tc.links; created++ {
+				if rec = f.do(t, "POST", "/api/links", fmt.Sprintf(`{"url":"https://example.com/%d"}`, created)); rec.Code != http.StatusCreated {
+					break
+				}
+				var l linkJSON
+				if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil || (tc.length > 0 && len(l.Code) > tc.length) {
+					t.Fatalf("link %d: %s", created, rec.Body)
+				}
+			}
+			// A ticketd whose lease takes what is left below the top may hand out a few IDs first.
+			if created > tc.links || tc.links <= 1 && created != tc.links {
+				t.Fatalf("%d links before the refusal, want %d", created, tc.links)
+			}
+			before := f.keys(t)
+			e := wantError(t, rec, http.StatusInsufficientStorage, CodeExhausted)
+			if !strings.Contains(e.Message, "every code is taken") {
+				t.Errorf("the refusal says %q", e.Message)
+			}
+			wantError(t, f.do(t, "POST", "/api/links", `{"url":"https://example.com/again"}`), http.StatusInsufficientStorage, CodeExhausted)
+			if n := f.keys(t); n != before {
+				t.Fatalf("%d keys after a refused create, %d before", n, before)
+			}
+			rec = f.do(t, "GET", "/healthz", "")
+			var h Health
+			if err := json.Unmarshal(rec.Body.Bytes(), &h); err != nil || rec.Code != 200 || h.Status != "exhausted" || !strings.Contains(h.Ticketd, "every code") {
+				t.Fatalf("healthz: %d %s, want 200 and exhausted", rec.Code, rec.Body)
+			}
+			if st := f.svc.Stats(); st.Exhausted != 2 || st.Failed != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
 }
