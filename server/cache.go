@@ -169,12 +169,23 @@ type segment struct {
 
 // take carves n IDs, or reports that the segment cannot hold them (it is then used up).
 func (s *segment) take(n int64) (allocator.Block, bool) {
-	end := s.taken.Add(n)
-	if end > s.blk.Size {
-		return allocator.Block{}, false
+	return s.takeUpTo(n, false)
+}
+
+// takeUpTo takes n IDs, or with short what is left when fewer are: the last IDs below a ceiling,
+// which no further segment follows. A take that fails leaves the segment as it was.
+func (s *segment) takeUpTo(n int64, short bool) (allocator.Block, bool) {
+	for {
+		t := s.taken.Load()
+		k := min(n, s.blk.Size-t)
+		if k <= 0 || (k < n && !short) {
+			return allocator.Block{}, false
+		}
+		if s.taken.CompareAndSwap(t, t+k) {
+			b, err := s.blk.Slice(t, k)
+			return b, err == nil
+		}
 	}
-	b, err := s.blk.Slice(end-n, n)
-	return b, err == nil
 }
 
 func (s *segment) fresh(now time.Time) bool { return s.staleAt.IsZero() || now.Before(s.staleAt) }
@@ -264,6 +275,13 @@ func (c *segmentCache) lease(ctx context.Context, name string, size int64, reqID
 			}
 		}
 		if err := sp.refill(ctx, seg, reqID); err != nil {
+			// No segment follows this one (the namespace reached its ceiling): what is left of it is
+			// the last of the namespace's IDs, served as a short block rather than lost.
+			if errors.Is(err, allocator.ErrExhausted) && seg != nil && seg.fresh(c.now()) {
+				if blk, ok := seg.takeUpTo(size, true); ok {
+					return blk, true, nil
+				}
+			}
 			return allocator.Block{}, false, err
 		}
 	}
