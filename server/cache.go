@@ -251,22 +251,19 @@ func (c *segmentCache) lease(ctx context.Context, name string, size int64, reqID
 	}
 	lo, hi := c.bounds(st)
 	if size*4 > hi {
-		blk, err := c.backend.Lease(ctx, name, size)
-		return blk, false, err
+		return c.direct(ctx, sp, size, reqID)
 	}
 	if cur := sp.size.Load(); size*4 > max(cur, lo) {
 		// Too big for the segments of late: serve it directly, and make the next segments fit it.
 		sp.size.CompareAndSwap(cur, min(size*4, hi))
-		blk, err := c.backend.Lease(ctx, name, size)
-		return blk, false, err
+		return c.direct(ctx, sp, size, reqID)
 	}
 	for {
 		now := c.now()
 		seg := sp.cur.Load()
 		if seg != nil && seg.blk.Size < size {
 			// A segment from before a settings change may be too small for this request.
-			blk, err := c.backend.Lease(ctx, name, size)
-			return blk, false, err
+			return c.direct(ctx, sp, size, reqID)
 		}
 		if seg != nil && seg.fresh(now) {
 			if blk, ok := seg.take(size); ok {
@@ -275,15 +272,48 @@ func (c *segmentCache) lease(ctx context.Context, name string, size int64, reqID
 			}
 		}
 		if err := sp.refill(ctx, seg, reqID); err != nil {
-			// No segment follows this one (the namespace reached its ceiling): what is left of it is
-			// the last of the namespace's IDs, served as a short block rather than lost.
-			if errors.Is(err, allocator.ErrExhausted) && seg != nil && seg.fresh(c.now()) {
-				if blk, ok := seg.takeUpTo(size, true); ok {
+			if errors.Is(err, allocator.ErrExhausted) {
+				if blk, ok := sp.rest(ctx, seg, size, reqID); ok {
 					return blk, true, nil
 				}
 			}
 			return allocator.Block{}, false, err
 		}
+	}
+}
+
+// direct leases a block too big for the segments straight from the backend. When the namespace has
+// reached its ceiling, the segments may still hold its last IDs: they are served instead.
+func (c *segmentCache) direct(ctx context.Context, sp *space, size int64, reqID string) (allocator.Block, bool, error) {
+	blk, err := c.backend.Lease(ctx, sp.name, size)
+	if errors.Is(err, allocator.ErrExhausted) {
+		if blk, ok := sp.rest(ctx, sp.cur.Load(), size, reqID); ok {
+			return blk, true, nil
+		}
+	}
+	return blk, false, err
+}
+
+// rest serves, once the backend has no ID left for the namespace, what the segments still hold, the
+// current one (seg) and those leased ahead, as short blocks of up to size IDs: the last IDs below the
+// ceiling. It reports false when nothing is left.
+func (sp *space) rest(ctx context.Context, seg *segment, size int64, reqID string) (allocator.Block, bool) {
+	for {
+		if seg != nil && seg.fresh(sp.c.now()) {
+			if blk, ok := seg.takeUpTo(size, true); ok {
+				return blk, true
+			}
+		}
+		// The next segment ahead becomes current; with none left, the refill asks the backend,
+		// which refuses again.
+		if sp.refill(ctx, seg, reqID) != nil {
+			return allocator.Block{}, false
+		}
+		next := sp.cur.Load()
+		if next == seg {
+			return allocator.Block{}, false
+		}
+		seg = next
 	}
 }
 

@@ -437,11 +437,9 @@ func TestShortCodesEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	// At least every ID of one ticket server, up to its last below the ceiling. (ticketd may answer
-	// 409 to the client's larger lease while its segment cache still holds the other server's last IDs,
-	// which smaller leases get: then fewer than all 401 become links.)
-	if len(ids) < 200 || len(ids) > 401 || !ids[codec.MaxID()] && !ids[codec.MaxID()-1] {
-		t.Errorf("%d links below the ceiling, want 200 to 401, the last of them %d or %d", len(ids), codec.MaxID()-1, codec.MaxID())
+	// Every ID below the ceiling, of both ticket servers, became a link before the refusal.
+	if len(ids) != 401 || !ids[codec.MaxID()] || !ids[codec.MaxID()-1] {
+		t.Errorf("%d links below the ceiling, want all 401, the last of them %d and %d", len(ids), codec.MaxID()-1, codec.MaxID())
 	}
 	resp, body, err := call("GET", srv.URL+"/healthz", "")
 	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"exhausted"`) {
