@@ -241,7 +241,7 @@ func TestDockerignore(t *testing.T) {
 			t.Errorf("%s is sent to the image build", out)
 		}
 	}
-	keep := []string{"go.mod", "go.sum", "Dockerfile", "cmd/ticketd/main.go", "examples/shortener/main.go", "examples/shortener/shortener/shortener.go"}
+	keep := []string{"go.mod", "go.sum", "Dockerfile", "cmd/ticketd/main.go", "examples/shortener/main.go", "examples/shortener/links/service.go"}
 	for _, embedded := range []string{"../schema/mysql/*.sql", "../server/status.html", "../server/openapi.json"} {
 		files, _ := filepath.Glob(embedded)
 		if len(files) == 0 {

@@ -1,5 +1,5 @@
 // Command shortener is a URL shortener that takes its link IDs from ticketd over HTTP and keeps its
-// links in Redis. The service itself is package shortener; this file reads the flags, connects, serves,
+// links in Redis. The service itself is package links; this file reads the flags, connects, serves,
 // and shuts down cleanly on SIGINT or SIGTERM.
 //
 //	SHORTENER_TOKEN=… SHORTENER_SCRAMBLE_KEY=$(openssl rand -hex 32) go run ./examples/shortener \
@@ -34,7 +34,7 @@ import (
 	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
-	"github.com/ticketd/ticketd/examples/shortener/shortener"
+	"github.com/ticketd/ticketd/examples/shortener/links"
 )
 
 func main() {
@@ -76,7 +76,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.token, "token", "", "ticketd bearer `TOKEN` of the namespace; prefer the environment variable to the command line")
 	fs.StringVar(&o.namespace, "namespace", "links", "ticketd `NAMESPACE` of the link IDs")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis `ADDRESS` (host:port or redis://[user:password@]host:port/db)")
-	fs.StringVar(&o.keyPrefix, "key-prefix", shortener.DefaultKeyPrefix, "`PREFIX` of every Redis key")
+	fs.StringVar(&o.keyPrefix, "key-prefix", links.DefaultKeyPrefix, "`PREFIX` of every Redis key")
 	fs.StringVar(&o.baseURL, "base-url", "", "`URL` that short URLs start with; required unless --dev (then: the scheme and host of each request)")
 	fs.BoolVar(&o.scramble, "scramble", true, "scramble IDs into codes, so that nobody can list the links by counting (--scramble=false only with --dev)")
 	fs.StringVar(&o.scrambleKey, "scramble-key", "", "secret `KEY` of the scramble, at least 32 characters (openssl rand -hex 32); required unless --dev; never change it once links exist")
@@ -85,7 +85,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Float64Var(&o.createRate, "create-rate", 1, "links a second one client address may create; 0: no limit")
 	fs.IntVar(&o.createBurst, "create-burst", 20, "links one client address may create at once above --create-rate")
 	fs.Int64Var(&o.maxLinks, "max-links", 0, "most links the service holds; past it creating one answers 507 (0: no cap)")
-	fs.IntVar(&o.codeLength, "code-length", shortener.MaxCodeLen, fmt.Sprintf("longest code, %d to %d characters: link IDs stop at 62^N-1, the namespace's max_id in ticketd; choose it before the first link", shortener.MinCodeLen, shortener.MaxCodeLen))
+	fs.IntVar(&o.codeLength, "code-length", links.MaxCodeLen, fmt.Sprintf("longest code, %d to %d characters: link IDs stop at 62^N-1, the namespace's max_id in ticketd; choose it before the first link", links.MinCodeLen, links.MaxCodeLen))
 	fs.StringVar(&o.adminToken, "admin-token", "", "ticketd admin `TOKEN`, used once at start to set the namespace's max_id for --code-length (created if missing); without it, the namespace's max_id must already fit")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -116,7 +116,7 @@ func envName(flag string) string {
 }
 
 // open connects to ticketd and Redis and returns the service and a function that disconnects.
-func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Service, func(), error) {
+func open(ctx context.Context, o options, logger *slog.Logger) (*links.Service, func(), error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,7 +135,7 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 	// refuses a max_id below an ID it issued.
 	urls := strings.Split(o.ticketd, ",")
 	ns, err := checkTicketd(ctx, urls, o.namespace, o.token, logger)
-	if err == nil && o.codeLength != 0 && o.codeLength < shortener.MaxCodeLen { // 0: the default, MaxCodeLen
+	if err == nil && o.codeLength != 0 && o.codeLength < links.MaxCodeLen { // 0: the default, MaxCodeLen
 		err = ensureCeiling(ctx, urls, o, ns, logger)
 	}
 	if err != nil {
@@ -149,7 +149,7 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*shortener.Servi
 		_ = rdb.Close()
 		return nil, nil, err
 	}
-	svc, err := shortener.New(shortener.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL, CodeLength: o.codeLength,
+	svc, err := links.New(links.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL, CodeLength: o.codeLength,
 		NoScramble: !o.scramble, ScrambleKey: o.scrambleKey, Development: o.dev, CreateToken: o.createToken,
 		CreateRate: o.createRate, CreateBurst: o.createBurst, MaxLinks: o.maxLinks, Logger: logger})
 	if err != nil {
@@ -191,7 +191,7 @@ func checkSecrets(o options) error {
 	case o.baseURL == "":
 		return errors.New("no base URL: give --base-url (or $SHORTENER_BASE_URL), the one short URLs start with, e.g. https://sho.rt; only with --dev are they built from the Host a client sends")
 	}
-	if err := shortener.CheckScrambleKey(o.scrambleKey); err != nil {
+	if err := links.CheckScrambleKey(o.scrambleKey); err != nil {
 		return fmt.Errorf("--scramble-key or $SHORTENER_SCRAMBLE_KEY: %w", err)
 	}
 	return nil
@@ -248,7 +248,7 @@ func checkTicketd(ctx context.Context, urls []string, namespace, token string, l
 // above it was issued already); without, a namespace whose max_id is higher, or that cannot be read,
 // stops the start with what to do.
 func ensureCeiling(ctx context.Context, urls []string, o options, ns namespaceInfo, logger *slog.Logger) error {
-	codec, err := shortener.PlainCodec().WithLength(o.codeLength)
+	codec, err := links.PlainCodec().WithLength(o.codeLength)
 	if err != nil {
 		return fmt.Errorf("--code-length: %w", err)
 	}
@@ -336,8 +336,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := checkSecrets(o); err != nil {
 		return err
 	}
-	if o.codeLength < shortener.MinCodeLen || o.codeLength > shortener.MaxCodeLen {
-		return fmt.Errorf("--code-length %d: it must be %d to %d", o.codeLength, shortener.MinCodeLen, shortener.MaxCodeLen)
+	if o.codeLength < links.MinCodeLen || o.codeLength > links.MaxCodeLen {
+		return fmt.Errorf("--code-length %d: it must be %d to %d", o.codeLength, links.MinCodeLen, links.MaxCodeLen)
 	}
 	if o.dev {
 		logger.Warn("development mode (--dev): codes may be unscrambled or scrambled with a random key of this run, and short URLs may take the Host a client sends; never run so in production")

@@ -23,7 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ticketd/ticketd/api"
-	"github.com/ticketd/ticketd/examples/shortener/shortener"
+	"github.com/ticketd/ticketd/examples/shortener/links"
 	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/internal/testservers"
 )
@@ -153,7 +153,7 @@ func call(method, url, body string) (*http.Response, []byte, error) {
 
 // serveShortener opens the service with opts and serves it on a test server; both are closed when the
 // test ends.
-func serveShortener(t *testing.T, opts options) (*shortener.Service, *httptest.Server) {
+func serveShortener(t *testing.T, opts options) (*links.Service, *httptest.Server) {
 	t.Helper()
 	svc, disconnect, err := open(context.Background(), opts, nil)
 	if err != nil {
@@ -229,9 +229,9 @@ func TestEndToEnd(t *testing.T) {
 		scrambleKey: e2eScrambleKey, dev: true}
 	svc, srv := serveShortener(t, opts)
 
-	const links, clients = 10_000, 32
-	made := make([]link, links)
-	err := parallel(clients, links, func(i int) error {
+	const linkCount, clients = 10_000, 32
+	made := make([]link, linkCount)
+	err := parallel(clients, linkCount, func(i int) error {
 		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/e2e/%d?q=%d", i, i*7))
 		made[i] = l
 		return err
@@ -240,7 +240,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	codec := shortener.NewCodec(e2eScrambleKey)
+	codec := links.NewCodec(e2eScrambleKey)
 	codes, ids := map[string]int{}, map[int64]int{}
 	for i, l := range made {
 		if j, dup := codes[l.code]; dup {
@@ -260,7 +260,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// Link i is visited 1 + i%2 times.
 	hits := func(i int) int { return 1 + i%2 }
-	err = parallel(clients, links, func(i int) error {
+	err = parallel(clients, linkCount, func(i int) error {
 		for range hits(i) {
 			resp, body, err := call("GET", made[i].shortURL, "")
 			if err != nil {
@@ -276,7 +276,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	totalHits := 0
-	err = parallel(clients, links, func(i int) error {
+	err = parallel(clients, linkCount, func(i int) error {
 		resp, body, err := call("GET", srv.URL+"/api/links/"+made[i].code, "")
 		if err != nil {
 			return err
@@ -294,27 +294,27 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range links {
+	for i := range linkCount {
 		totalHits += hits(i)
 	}
 
 	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
-	if err != nil || len(keys) != links+1 {
-		t.Fatalf("%d keys under %s (%v), want %d links and their count", len(keys), prefix, err, links)
+	if err != nil || len(keys) != linkCount+1 {
+		t.Fatalf("%d keys under %s (%v), want %d links and their count", len(keys), prefix, err, linkCount)
 	}
-	if n, err := rdb.Get(context.Background(), prefix+"links").Int(); err != nil || n != links {
-		t.Fatalf("the count of links is %d (%v), want %d", n, err, links)
+	if n, err := rdb.Get(context.Background(), prefix+"links").Int(); err != nil || n != linkCount {
+		t.Fatalf("the count of links is %d (%v), want %d", n, err, linkCount)
 	}
 	st := svc.Stats()
 	t.Logf("%d links, %d redirects: %d blocks leased from ticketd (%.2f per 1,000 links; last block %d IDs), %d stalls",
 		st.Created, st.Redirects, st.IDs.Refills, st.BlocksPer1000Links(), st.IDs.BlockSize, st.IDs.Stalls)
-	if st.Created != links || st.Redirects != int64(totalHits) || st.Failed != 0 || st.Refused != 0 {
+	if st.Created != linkCount || st.Redirects != int64(totalHits) || st.Failed != 0 || st.Refused != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Far fewer blocks than links: the namespace's block is 100 IDs, so even without the SDK's growing
 	// blocks there would be at most 100; one block per link would be 10,000.
-	if st.IDs.Refills < 2 || st.IDs.Refills > links/50 {
-		t.Fatalf("%d blocks leased for %d links; want between 2 and %d", st.IDs.Refills, links, links/50)
+	if st.IDs.Refills < 2 || st.IDs.Refills > linkCount/50 {
+		t.Fatalf("%d blocks leased for %d links; want between 2 and %d", st.IDs.Refills, linkCount, linkCount/50)
 	}
 	if st.IDs.RefillErrors != 0 {
 		t.Errorf("%d failed refills (last: %v)", st.IDs.RefillErrors, st.IDs.LastError)
@@ -337,7 +337,7 @@ func TestEndToEnd(t *testing.T) {
 		if _, dup := ids[l.id]; dup {
 			t.Fatalf("ID %d issued twice", l.id)
 		}
-		ids[l.id] = links + int(i)
+		ids[l.id] = linkCount + int(i)
 	}
 }
 
@@ -380,7 +380,7 @@ func TestShortCodesEndToEnd(t *testing.T) {
 		t.Fatalf("the namespace's max_id is %q (%v), want 14776335", ns.MaxID, err)
 	}
 
-	codec, err := shortener.NewCodec(e2eScrambleKey).WithLength(4)
+	codec, err := links.NewCodec(e2eScrambleKey).WithLength(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func testCommand(t *testing.T, ticketd, redisAddr string) {
 		t.Fatal(err)
 	}
 	// The scramble key from the environment.
-	if want, _ := shortener.NewCodec(e2eScrambleKey).Encode(l.id); l.code != want || l.shortURL != "http://sho.rt.test/"+want {
+	if want, _ := links.NewCodec(e2eScrambleKey).Encode(l.id); l.code != want || l.shortURL != "http://sho.rt.test/"+want {
 		t.Fatalf("link %+v, want code %s at http://sho.rt.test", l, want)
 	}
 	resp, _, err := call("GET", base+"/"+l.code, "")
@@ -555,8 +555,8 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{listen: "127.0.0.1:1234", ticketd: "http://127.0.0.1:8080", token: "tok", namespace: "short", redis: "r:6379",
-		keyPrefix: shortener.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info",
-		createRate: 1, createBurst: 20, codeLength: shortener.MaxCodeLen}
+		keyPrefix: links.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info",
+		createRate: 1, createBurst: 20, codeLength: links.MaxCodeLen}
 	if o != want {
 		t.Fatalf("got  %+v\nwant %+v", o, want)
 	}

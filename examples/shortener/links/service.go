@@ -1,6 +1,6 @@
-// Package shortener is a URL shortener that takes its link IDs from ticketd: a link's code is its ID,
-// scrambled and written in base 62, and links and their hit counts live in Redis. It is the service of
-// examples/shortener, importable so that benchmarks and tests can run it in their own process.
+// Package links is the URL shortener's service: it takes its link IDs from ticketd, a link's code is
+// its ID scrambled and written in base 62, and links and their hit counts live in Redis. The command in
+// examples/shortener serves it; tests run it in their own process.
 //
 // The HTTP API:
 //
@@ -16,7 +16,7 @@
 //
 // Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 401, 413,
 // 429, 507) creates nothing and takes no ID.
-package shortener
+package links
 
 import (
 	"bytes"
