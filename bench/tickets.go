@@ -36,6 +36,24 @@ type flickrTickets struct {
 	timeout time.Duration // of one call, every server tried
 }
 
+// flickrLoadCase takes one ID per call from Flickr's ticket servers, REPLACE INTO Tickets64 on the
+// servers of --mysql (servers says what it names): the baseline the leases are measured against.
+func flickrLoadCase(env *mysqlEnv, servers string) loadCase {
+	return loadCase{
+		name: "Flickr REPLACE INTO, one ID per call (" + servers + ")",
+		open: func(ctx context.Context) (func(context.Context) (int64, error), func(), error) {
+			f, err := openFlickrTickets(ctx, env.dsns, maxConns, opTimeout)
+			if err != nil {
+				return nil, nil, err
+			}
+			return func(ctx context.Context) (int64, error) {
+				_, _, err := f.Ticket(ctx)
+				return 1, err
+			}, f.Close, nil
+		},
+	}
+}
+
 // openFlickrTickets connects to the servers (DSNs with their database) and creates Tickets64 where
 // it is missing.
 func openFlickrTickets(ctx context.Context, dsns []string, maxConns int, timeout time.Duration) (*flickrTickets, error) {

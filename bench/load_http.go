@@ -3,29 +3,23 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/server"
 )
 
-// extraLoadCases are the cases over HTTP (the ticketd service started in-process on a loopback port,
-// its segment cache on and off) and on the Redis backend.
-func extraLoadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine) ([]loadCase, []string, error) {
+// httpLeaseCases post leases to the ticketd service over HTTP, its segment cache on and then off, at
+// each of leaseSizes.
+func httpLeaseCases(env *mysqlEnv) []loadCase {
 	var cases []loadCase
-	var skipped []string
 	for _, cacheOn := range []bool{true, false} {
 		state := "off"
 		if cacheOn {
@@ -35,43 +29,7 @@ func extraLoadCases(ctx context.Context, opts Options, env *mysqlEnv, m *Machine
 			cases = append(cases, httpLeaseCase(fmt.Sprintf("HTTP lease n=%s, server cache %s", count(size), state), size, cacheOn, env))
 		}
 	}
-	more, why := sdkLoadCases(env)
-	cases, skipped = append(cases, more...), append(skipped, why...)
-	if opts.Redis == "" {
-		skipped = append(skipped, "MySQL vs Redis: no --redis address given", "the URL shortener (it keeps links in Redis): no --redis address given")
-		return cases, skipped, nil
-	}
-	if err := loopbackOnly("Redis", opts.Redis); err != nil {
-		return nil, nil, err
-	}
-	cases = append(cases, shortenerCases(env, opts.Redis)...)
-	m.Redis = redisVersion(ctx, opts.Redis)
-	cases = append(cases, leaseCase("Redis lease n=100 (one instance)", 100, env, func(ctx context.Context) (allocator.Backend, func(), error) {
-		var r [3]byte
-		_, _ = rand.Read(r[:])
-		st, err := redis.Open(ctx, redis.Config{Addrs: []string{opts.Redis}, KeyPrefix: fmt.Sprintf("ticketd-bench-%x:", r), Logger: env.quiet, MaxConns: 128,
-			Timeout: opTimeout, AttemptTimeout: opTimeout / 2})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, func() { _ = st.Close() }, nil
-	}))
-	return cases, skipped, nil
-}
-
-func redisVersion(ctx context.Context, addr string) string {
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer c.Close()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
-	}
-	return ""
+	return cases
 }
 
 // httpServer runs the ticketd HTTP service on a loopback port in this process, on a fresh pair of
