@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,6 +145,42 @@ func TestDyingPeerDoesNotTakeTheOtherDown(t *testing.T) {
 	}
 	if b, err := p.LeaseFrom(ctx, "orders", 10, nameA); err != nil || b.Server != nameA {
 		t.Fatalf("lease from A: %v, %v", b, err)
+	}
+}
+
+// TestChecksGoByThePairsClock: whether a server is checked again goes by the Pair's clock, not the
+// wall's: a check is stamped with the clock's time when it starts, a check asked for before that time
+// shares it, and one asked for once the clock has moved on runs again and sees what changed.
+func TestChecksGoByThePairsClock(t *testing.T) {
+	f := newFleet(t, nil)
+	start := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC) // far from the wall clock
+	var micros atomic.Int64
+	micros.Store(start.UnixMicro())
+	// No background probe or guard: only the checks the test asks for run.
+	p := openPair(t, f.dsns, func(c *Config) {
+		c.ProbeInterval, c.WatermarkInterval = time.Hour, time.Hour
+		c.now = func() time.Time { return time.UnixMicro(micros.Load()).UTC() }
+	})
+	ctx := context.Background()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	sA := p.set.All()[0]
+	sA.verifyMu.Lock()
+	at := sA.verifiedAt
+	sA.verifyMu.Unlock()
+	if !at.Equal(start) {
+		t.Fatalf("A's last check started at %v; want the Pair's clock, %v", at, start)
+	}
+	for _, m := range f.pair {
+		testenv.Exec(t, m.DSN(""), "SET GLOBAL auto_increment_increment = 4") // only a check that runs sees it
+	}
+	if err := sA.verifySince(ctx, start.Add(-time.Second)); err != nil {
+		t.Fatalf("a check asked for before the last one started: %v; want it to share that one", err)
+	}
+	micros.Add(time.Minute.Microseconds())
+	if err := sA.admit(ctx); !errors.Is(err, allocator.ErrMisconfigured) {
+		t.Fatalf("admitting A a minute later on the Pair's clock: %v; want a check that refuses the increment", err)
 	}
 }
 

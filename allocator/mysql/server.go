@@ -115,7 +115,7 @@ func (s *server) reachable() bool {
 // Revive checks a down server again (settings, peers, schema, rows, water marks) and puts it back in
 // rotation.
 func (s *server) Revive(ctx context.Context) error {
-	return s.ReviveWith(ctx, func(ctx context.Context) error { return s.verifySince(ctx, time.Now()) })
+	return s.ReviveWith(ctx, func(ctx context.Context) error { return s.verifySince(ctx, s.pair.cfg.now()) })
 }
 
 // verifyingConnector checks the server behind every new lease connection before the connection is used.
@@ -133,22 +133,22 @@ func (c verifyingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.s.verifySince(ctx, time.Now()); err != nil {
+	if err := c.s.verifySince(ctx, c.s.pair.cfg.now()); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
 	return conn, nil
 }
 
-// verifySince makes sure a verification that started after t has passed, running one if needed.
-// Connections opened together share one verification.
+// verifySince makes sure a verification that started after t has passed, running one if needed; t
+// and the start are read from the Pair's clock. Connections opened together share one verification.
 func (s *server) verifySince(ctx context.Context, t time.Time) error {
 	s.verifyMu.Lock()
 	defer s.verifyMu.Unlock()
 	if s.verifiedOK && s.verifiedAt.After(t) {
 		return nil
 	}
-	start := time.Now()
+	start := s.pair.cfg.now()
 	err := s.verify(ctx)
 	s.verifiedAt, s.verifiedOK = start, err == nil
 	if err != nil {
@@ -220,7 +220,7 @@ func (s *server) replication() replication {
 
 // admit verifies the server afresh and puts it in rotation.
 func (s *server) admit(ctx context.Context) error {
-	if err := s.verifySince(ctx, time.Now()); err != nil {
+	if err := s.verifySince(ctx, s.pair.cfg.now()); err != nil {
 		return err
 	}
 	s.MarkUsable()
