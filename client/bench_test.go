@@ -337,7 +337,7 @@ func BenchmarkLeaseHTTP(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := l.lease(ctx, 1_000_000); err != nil {
+		if _, err := l.lease(ctx, 1_000_000, &route{}, false); err != nil {
 			b.Fatal(err)
 		}
 	}

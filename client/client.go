@@ -32,9 +32,12 @@
 // namespace's block size and its maximum. One lease in flight is the rule; when demand × refill latency
 // is more than the largest block the namespace allows, the Client keeps several blocks cached and
 // several leases in flight, as many as the mark needs (up to WithMaxInFlight), and fewer again when
-// demand falls. A failed refill is retried with exponential backoff and jitter while the cached IDs keep
-// being served; only when nothing is left do callers wait, until the context ends or WithMaxWait passes,
-// and then get ErrUnavailable.
+// demand falls. A refill not answered within the hedge delay (WithHedgeDelay; by default the 95th
+// percentile of recent requests' latencies) sends a second lease to another URL; the first block to
+// arrive is used, and the other, if it comes, is kept while the cache has room, else dropped (a gap).
+// The low-water mark covers the hedge delay too. A failed refill is retried with exponential backoff
+// and jitter while the cached IDs keep being served; only when nothing is left do callers wait, until
+// the context ends or WithMaxWait passes, and then get ErrUnavailable.
 package client
 
 import (
@@ -176,6 +179,8 @@ type Client struct {
 	lastLife   time.Duration // how long the last block could be used when it arrived
 	settingsOK bool
 
+	hedge hedging
+
 	// counters (under mu)
 	served, carvedTotal, discarded, stalls, refills, refillErrors int64
 
@@ -219,6 +224,8 @@ func New(src Source, namespace string, opts ...Option) (*Client, error) {
 		lowWater: 1, // lease the first block at once
 		done:     make(chan struct{}),
 	}
+	c.hedge.paths = l.paths()
+	c.hedge.delay = c.hedge.derive(&c.cfg)
 	c.rateAt = cfg.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.Lock()
@@ -514,7 +521,8 @@ type Stats struct {
 	// Stalls is the number of calls that found the cache empty and had to wait for a refill (waiting
 	// for the very first block is not counted).
 	Stalls int64
-	// Discarded is the number of IDs dropped unserved because their block expired.
+	// Discarded is the number of IDs dropped unserved: their block expired, or it was the spare of a
+	// hedged refill and the cache was full.
 	Discarded int64
 	// Cached is the number of IDs held now.
 	Cached int64
@@ -528,6 +536,13 @@ type Stats struct {
 	// InFlight is the number of leases in flight now, PeakInFlight the most there have been at once
 	// (at most WithMaxInFlight).
 	InFlight, PeakInFlight int
+	// SlowRefills is the number of refills not answered within the hedge delay; Hedges the number of
+	// them that sent a second lease to another URL (all of them with two URLs or more, none with one);
+	// HedgesWon the number of hedges whose block came first and was used.
+	SlowRefills, Hedges, HedgesWon int64
+	// HedgeDelay is how long a refill waits for an answer before it is hedged: WithHedgeDelay, or the
+	// 95th percentile of recent requests' latencies within its bounds.
+	HedgeDelay time.Duration
 	// LastError is the error of the last refill, nil when it succeeded.
 	LastError error
 	// Endpoints describes each ticketd URL of an HTTP source; nil for FromBackend.
@@ -542,6 +557,7 @@ func (c *Client) Stats() Stats {
 		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.rate,
 		BlockSize: c.lastSize, LowWater: c.lowWater, LastError: c.lastErr,
 		InFlight: c.flight.n, PeakInFlight: c.flight.peak,
+		SlowRefills: c.hedge.slow, Hedges: c.hedge.sent, HedgesWon: c.hedge.won, HedgeDelay: c.hedge.delay,
 	}
 	for _, l := range c.leases {
 		if l.carved < l.blk.Size {

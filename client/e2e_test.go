@@ -322,3 +322,135 @@ func TestFromBackendOnThePair(t *testing.T) {
 	st := c.Stats()
 	t.Logf("%d IDs, %d refills, latency %s, %d stalls", st.Served, st.Refills, st.RefillLatency, st.Stalls)
 }
+
+// freeze stops the process without ending it (SIGSTOP): the kernel still accepts connections on its
+// port and takes requests into its buffers, but nothing answers. thaw lets it run again.
+func (p *ticketdProc) freeze(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *ticketdProc) thaw(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pacedLoad is goroutines that each take burst IDs with Next, then sleep a millisecond, until stopped;
+// every ID goes into set, and each call's wait is measured once measure is set.
+type pacedLoad struct {
+	c       *Client
+	set     *idSet
+	served  atomic.Int64
+	measure atomic.Bool
+	mu      sync.Mutex
+	longest time.Duration // the longest Next while measuring
+	at      time.Time     // when it began
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	errs    chan error
+}
+
+func startPaced(c *Client, set *idSet, goroutines, burst int) *pacedLoad {
+	l := &pacedLoad{c: c, set: set, stop: make(chan struct{}), errs: make(chan error, goroutines)}
+	for range goroutines {
+		l.wg.Go(func() { l.run(burst) })
+	}
+	return l
+}
+
+func (l *pacedLoad) run(burst int) {
+	add := l.set.adder()
+	var longest time.Duration
+	var at time.Time
+	defer func() {
+		l.mu.Lock()
+		if longest > l.longest {
+			l.longest, l.at = longest, at
+		}
+		l.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		for range burst {
+			measure := l.measure.Load()
+			begin := time.Now()
+			id, err := l.c.Next(context.Background())
+			took := time.Since(begin)
+			if err != nil {
+				l.errs <- err
+				return
+			}
+			add.add(id)
+			l.served.Add(1)
+			if measure && took > longest {
+				longest, at = took, begin
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// halt stops the goroutines, fails the test on any caller's error, and returns the longest Next
+// measured and when it began.
+func (l *pacedLoad) halt(t *testing.T) (time.Duration, time.Time) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	close(l.errs)
+	for err := range l.errs {
+		t.Fatal(err)
+	}
+	return l.longest, l.at
+}
+
+// TestE2EHedgesAroundAHungReplica: two ticketd replicas on one pair; mid-run one of them stops
+// answering (SIGSTOP: its connections are accepted, nothing replies) for 3 s, then answers again. The
+// request timeout is 10 s, so a refill sent there and not hedged would keep callers waiting for seconds;
+// hedged to the other replica, no Next call waits more than 200 ms after the warm-up, and the blocks
+// the frozen replica delivers late are kept or dropped, never served twice. The load is bounded (four
+// goroutines, 5 IDs a millisecond each) so that scheduling noise stays far below 200 ms.
+func TestE2EHedgesAroundAHungReplica(t *testing.T) {
+	dsns := preparePair(t, allocator.Namespace{Name: "hedge", BlockSize: 100, MaxBlockSize: 1000})
+	a := startTicketd(t, pairStore(dsns), "hedge")
+	b := startTicketd(t, pairStore(dsns), "hedge")
+	c := newClient(t, HTTP(a.url, b.url), "hedge", WithToken(e2eNSToken), WithRequestTimeout(10*time.Second),
+		WithMaxWait(30*time.Second), WithBackoff(5*time.Millisecond, 200*time.Millisecond))
+	set := newIDSet()
+	l := startPaced(c, set, 4, 5)
+	eventually(t, "warm-up: leases through both replicas", func() bool {
+		st := c.Stats()
+		return st.Refills > 20 && st.Endpoints[0].Leases > 5 && st.Endpoints[1].Leases > 5
+	})
+	l.measure.Store(true)
+	time.Sleep(500 * time.Millisecond)
+	frozenAt := time.Now()
+	a.freeze(t)
+	before := c.Stats()
+	time.Sleep(3 * time.Second)
+	during := c.Stats()
+	a.thaw(t)
+	time.Sleep(2 * time.Second)
+	longest, at := l.halt(t)
+	set.check(t, l.served.Load())
+	st := c.Stats()
+	t.Logf("%d IDs; while frozen: %d refills, %d slow, %d hedges, %d won, %d stalls", l.served.Load(),
+		during.Refills-before.Refills, during.SlowRefills-before.SlowRefills, during.Hedges-before.Hedges,
+		during.HedgesWon-before.HedgesWon, during.Stalls-before.Stalls)
+	t.Logf("in all: %d refills, %d hedges, %d won, %d stalls, %d IDs discarded, hedge delay %s; endpoints %+v",
+		st.Refills, st.Hedges, st.HedgesWon, st.Stalls, st.Discarded, st.HedgeDelay, st.Endpoints)
+	t.Logf("longest Next after the warm-up: %s, %s after the freeze", longest, at.Sub(frozenAt).Round(time.Millisecond))
+	if won := during.HedgesWon - before.HedgesWon; won < 3 {
+		t.Fatalf("%d hedges won while replica a was frozen: the test did not exercise hedging", won)
+	}
+	if longest > 200*time.Millisecond {
+		t.Fatalf("a Next call waited %s, %s after replica a froze; want at most 200ms", longest, at.Sub(frozenAt))
+	}
+}

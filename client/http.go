@@ -25,7 +25,9 @@ import (
 // "http://ticketd-a:8080". Leases go round-robin across the URLs; one that fails (no answer, 5xx, 429)
 // is skipped with exponential backoff while the others serve, and is tried again once its backoff has
 // passed or when no other answers. An error about the request itself (4xx) is returned at once, since
-// every server would give the same answer.
+// every server would give the same answer. With two URLs or more, a lease not answered within the
+// hedge delay is sent to another URL too (see WithHedgeDelay); a URL whose request such a hedge
+// outpaced is skipped with backoff like one that failed, until it answers again.
 func HTTP(urls ...string) Source { return httpSource{urls: slices.Clone(urls)} }
 
 type httpSource struct{ urls []string }
@@ -90,7 +92,8 @@ type Endpoint struct {
 	URL string
 	// Healthy is false while the URL is skipped after a failure.
 	Healthy bool
-	// Failures counts consecutive failed requests; Leases successful ones in all.
+	// Failures counts consecutive failed requests (a request that a hedge to another URL outpaced
+	// counts as failed); Leases successful ones in all.
 	Failures int
 	Leases   int64
 	// LastError is the last failure, empty once a request succeeds.
@@ -144,12 +147,34 @@ func (h *httpLeaser) order() []*endpoint {
 	return append(up, down...)
 }
 
-func (h *httpLeaser) lease(ctx context.Context, size int64) (allocator.Block, error) {
+func (h *httpLeaser) paths() int { return len(h.eps) }
+
+// errSettled ends a request whose refill the other request settled, instead of a failover.
+var errSettled = errors.New("client: the refill was settled by its other request")
+
+func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool) (allocator.Block, error) {
+	order := h.order()
+	first := r.first.Load()
+	if i := slices.Index(order, first); hedge && i >= 0 {
+		order = append(append(order[:i:i], order[i+1:]...), first) // the first request's URL last
+	}
 	var errs []error
-	for _, ep := range h.order() {
+	for _, ep := range order {
+		if r.settled.Load() {
+			return allocator.Block{}, errSettled
+		}
+		if !hedge {
+			r.first.Store(ep)
+		}
 		blk, err := h.leaseFrom(ctx, ep, size)
 		if err == nil {
 			ep.up()
+			if hedge && first != nil && first != ep && !r.settled.Load() {
+				// The hedge answered while the first request still waits: skip that URL for a while, as
+				// after a failure, rather than send every other refill there to wait for a hedge too.
+				err := fmt.Errorf("%s: no answer before a hedge to %s answered", first.base, ep.base)
+				first.down(h.clock.Now(), err, h.wait(first))
+			}
 			return blk, nil
 		}
 		if ctx.Err() != nil {

@@ -23,6 +23,7 @@ type config struct {
 	backoffMin     time.Duration
 	backoffMax     time.Duration
 	maxInFlight    int
+	hedgeDelay     time.Duration // 0: derived from recent requests
 
 	clock  clock
 	jitter func() float64 // in [0, 1)
@@ -47,6 +48,7 @@ const (
 	minBackoff        = time.Millisecond
 	maxBackoff        = 10 * time.Minute
 	maxInFlightLimit  = 64
+	minHedgeDelay     = time.Millisecond
 )
 
 // WithToken sets the bearer token sent to ticketd servers (the namespace's token or the admin token).
@@ -93,6 +95,14 @@ func WithBackoff(min, max time.Duration) Option {
 // [1, 64].
 func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
 
+// WithHedgeDelay fixes how long a refill waits for an answer before the client sends a second lease for
+// it to another URL (a hedge); the first block to arrive is used. Default: derived from the latencies of
+// recent requests, their 95th percentile, at least 20ms (250ms until a first request has been
+// answered). Clamped to [1ms, half of WithRequestTimeout]. The low-water mark covers the delay: the
+// cache holds enough IDs for it at the observed rate. Only an HTTP source of two or more URLs hedges;
+// with one URL a refill past the delay is only counted (Stats.SlowRefills).
+func WithHedgeDelay(d time.Duration) Option { return func(c *config) { c.hedgeDelay = d } }
+
 func clampDuration(d, def, lo, hi time.Duration) time.Duration {
 	switch {
 	case d <= 0:
@@ -113,6 +123,9 @@ func (c config) withDefaults() config {
 	c.backoffMin = clampDuration(c.backoffMin, DefaultBackoffMin, minBackoff, maxBackoff)
 	c.backoffMax = clampDuration(c.backoffMax, DefaultBackoffMax, minBackoff, maxBackoff)
 	c.backoffMax = max(c.backoffMax, c.backoffMin)
+	if c.hedgeDelay != 0 {
+		c.hedgeDelay = clampDuration(c.hedgeDelay, 0, minHedgeDelay, c.requestTimeout/2)
+	}
 	switch {
 	case c.maxInFlight <= 0:
 		c.maxInFlight = DefaultMaxInFlight

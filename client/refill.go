@@ -46,19 +46,21 @@ func (c *Client) startLeasesLocked() {
 		f.n++
 		f.ids += ids
 		f.peak = max(f.peak, f.n)
+		r := &refill{size: size, ids: ids, start: c.cfg.clock.Now(), open: 1}
+		c.armHedgeLocked(r)
 		c.wg.Add(1)
-		go c.lease(size, ids)
+		go c.request(r, false)
 	}
 }
 
-// lease takes one block of size IDs from the source (ids of them counted in flight), adds it to the
-// cache, and starts the leases needed next.
-func (c *Client) lease(size, ids int64) {
+// request is one request of refill r, its first or its hedge: it takes a block from the source and,
+// when the answer settles r, adds the block to the cache and starts the leases needed next. A block
+// that comes after the other request settled r is a spare.
+func (c *Client) request(r *refill, hedge bool) {
 	defer c.wg.Done()
 	start := c.cfg.clock.Now()
-	blk, err := c.src.lease(c.ctx, size)
+	blk, err := c.src.lease(c.ctx, r.size, &r.route, hedge)
 	now := c.cfg.clock.Now()
-	took := now.Sub(start)
 	var useBy time.Time
 	if err == nil {
 		useBy, err = c.checkBlock(blk, now) // before the lock: callers carving runs share it
@@ -66,8 +68,18 @@ func (c *Client) lease(size, ids int64) {
 
 	c.lockForRefill()
 	defer c.mu.Unlock()
+	if !c.settleLocked(r, hedge, err) {
+		if err == nil && r.settled {
+			c.spareLocked(blk, useBy, now)
+		}
+		return
+	}
+	if err == nil {
+		// Only the answers used: a late one would teach the delay to wait for a path that hung.
+		c.hedge.noteRequest(now.Sub(start), &c.cfg)
+	}
 	c.flight.n--
-	c.flight.ids -= ids
+	c.flight.ids -= r.ids
 	if c.closed {
 		return // the block is a gap
 	}
@@ -75,7 +87,7 @@ func (c *Client) lease(size, ids int64) {
 	if leased {
 		err = c.overlapLocked(blk)
 	}
-	c.finishLocked(blk, useBy, err, size, took)
+	c.finishLocked(blk, useBy, err, r.size, now.Sub(r.start))
 	if leased && !c.settingsOK {
 		c.settingsOK, c.flight.learning = true, true
 		c.mu.Unlock()
@@ -205,12 +217,17 @@ func (c *Client) noteLatencyLocked(took time.Duration, now time.Time) {
 const schedulingSlack = 10 * time.Millisecond
 
 // setLowWaterLocked sets the mark so that a refill started at it lands before the cache runs out at the
-// observed rate: room for two refill latencies plus the scheduling slack, and never below 20% of the
-// last block. The mark counts the IDs cached and those asked for by the leases in flight; when it is
-// more than a block, several leases are in flight and the cache holds several blocks. Blocks that
-// expire hold no more than half their life's worth: IDs beyond it would expire unserved.
+// observed rate: room for two refill latencies plus the scheduling slack, plus the hedge delay when the
+// source can hedge (so that a refill whose first request hangs still lands, through its hedge), and
+// never below 20% of the last block. The mark counts the IDs cached and those asked for by the leases
+// in flight; when it is more than a block, several leases are in flight and the cache holds several
+// blocks. Blocks that expire hold no more than half their life's worth: IDs beyond it would expire
+// unserved.
 func (c *Client) setLowWaterLocked() {
 	runway := 2*c.refillLatency() + schedulingSlack
+	if c.hedge.paths > 1 {
+		runway += c.hedge.delay
+	}
 	if life := c.blockLife(); life > 0 {
 		runway = min(runway, life/2)
 	}
@@ -258,6 +275,13 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 	if c.nsBlock == 0 {
 		c.nsBlock = blk.Size // the first lease asks for the namespace's block size
 	}
+	c.setLowWaterLocked()
+	c.cacheLocked(blk, useBy, now)
+}
+
+// cacheLocked adds a block, to be served until useBy (zero: no expiry), to the cache, and wakes the
+// callers waiting.
+func (c *Client) cacheLocked(blk allocator.Block, useBy, now time.Time) {
 	c.recent[c.recentN%len(c.recent)] = blk
 	c.recentN++
 	l := &lease{blk: blk, useBy: useBy}
@@ -273,7 +297,6 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 			}
 		})
 	}
-	c.setLowWaterLocked()
 	if c.waiting.Load() > 1 {
 		c.fillShardsLocked() // a caller alone carves its own run, from the front of the block
 	}

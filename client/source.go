@@ -17,8 +17,12 @@ type Source interface {
 
 // leaser is an opened Source, used by one Client's lease goroutines, several at once (and Stats).
 type leaser interface {
-	// lease takes a block of size IDs (0: the namespace's block size).
-	lease(ctx context.Context, size int64) (allocator.Block, error)
+	// lease takes a block of size IDs (0: the namespace's block size) for a refill, whose requests share
+	// r: the first (hedge false) notes in r where it waits, a hedge asks elsewhere first, and neither
+	// fails over once r is settled.
+	lease(ctx context.Context, size int64, r *route, hedge bool) (allocator.Block, error)
+	// paths is how many URLs a hedge can choose from; with one, refills are not hedged.
+	paths() int
 	// settings returns the namespace's settings, when the source can tell.
 	settings(ctx context.Context) (allocator.Namespace, error)
 	// endpoints describes each URL's health; nil for in-process sources.
@@ -45,7 +49,7 @@ type backendLeaser struct {
 	timeout time.Duration
 }
 
-func (l *backendLeaser) lease(ctx context.Context, size int64) (allocator.Block, error) {
+func (l *backendLeaser) lease(ctx context.Context, size int64, _ *route, _ bool) (allocator.Block, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	blk, err := l.b.Lease(ctx, l.ns, size)
@@ -60,6 +64,8 @@ func (l *backendLeaser) settings(ctx context.Context) (allocator.Namespace, erro
 	defer cancel()
 	return l.b.Namespace(ctx, l.ns)
 }
+
+func (l *backendLeaser) paths() int { return 1 }
 
 func (l *backendLeaser) endpoints() []Endpoint { return nil }
 

@@ -1,0 +1,138 @@
+package client
+
+import (
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// Hedged refills: a refill whose request has not been answered after the hedge delay sends a second
+// lease for it to another URL. The first block to arrive is the refill's; the other, if it comes, is a
+// spare, kept while the cache has room and otherwise dropped (a gap: it is never reused).
+
+const (
+	// hedgeFloor is the least derived delay: an answer later than usual by less is the scheduler's or
+	// the network's noise, and a hedge would only double the load.
+	hedgeFloor = 20 * time.Millisecond
+	// firstHedgeDelay is the delay until a first request has been answered (the first also dials).
+	firstHedgeDelay = 250 * time.Millisecond
+	// latencyWindow is how many recent requests the 95th percentile is taken over.
+	latencyWindow = 64
+)
+
+// refill is one lease in flight: its first request and, once the hedge delay has passed, maybe a hedge.
+// Its fields but route are guarded by Client.mu.
+type refill struct {
+	size, ids int64 // asked for (0: the namespace's block size), and counted in flight
+	start     time.Time
+	route     route
+	open      int  // requests not yet answered
+	settled   bool // the first block, or the last failure, has been taken
+	stopHedge func() bool
+}
+
+// route is what the requests of one refill share with the source: the URL the first request waits on,
+// which its hedge avoids, and whether the refill is settled, after which neither fails over.
+type route struct {
+	settled atomic.Bool
+	first   atomic.Pointer[endpoint] // HTTP sources only
+}
+
+// hedging is a Client's state of hedged refills, guarded by Client.mu.
+type hedging struct {
+	paths   int                          // URLs of the source: a hedge needs two
+	delay   time.Duration                // the current hedge delay
+	recent  [latencyWindow]time.Duration // of the requests whose answer settled a refill
+	samples int                          // such requests in all
+
+	slow, sent, won int64 // Stats.SlowRefills, Hedges and HedgesWon
+}
+
+// noteRequest records how long the request whose answer settled a refill took, and derives the delay.
+func (h *hedging) noteRequest(took time.Duration, cfg *config) {
+	h.recent[h.samples%latencyWindow] = took
+	h.samples++
+	h.delay = h.derive(cfg)
+}
+
+// derive is the hedge delay: WithHedgeDelay, or the 95th percentile (the nearest rank) of the latencies
+// of the recent requests whose answers were used, at least hedgeFloor and at most half the request
+// timeout. The answers that came too late to be used are left out, or a path that hung would teach the
+// delay to wait for it.
+func (h *hedging) derive(cfg *config) time.Duration {
+	if cfg.hedgeDelay > 0 {
+		return cfg.hedgeDelay
+	}
+	d := firstHedgeDelay
+	if n := min(h.samples, latencyWindow); n > 0 {
+		var buf [latencyWindow]time.Duration
+		sorted := buf[:n]
+		copy(sorted, h.recent[:n])
+		slices.Sort(sorted)
+		d = max(sorted[(n*95+99)/100-1], hedgeFloor)
+	}
+	return min(d, cfg.requestTimeout/2)
+}
+
+// armHedgeLocked starts r's hedge timer.
+func (c *Client) armHedgeLocked(r *refill) {
+	r.stopHedge = c.cfg.clock.AfterFunc(c.hedge.delay, func() { c.hedgeRefill(r) })
+}
+
+// hedgeRefill runs once r's hedge delay has passed: unless r is settled, it counts a slow refill and,
+// when the source has another URL, sends the hedge.
+func (c *Client) hedgeRefill(r *refill) {
+	c.lockForRefill()
+	defer c.mu.Unlock()
+	if r.settled || c.closed {
+		return
+	}
+	c.hedge.slow++
+	if c.hedge.paths < 2 {
+		return // nowhere else to ask: the refill is only counted
+	}
+	c.hedge.sent++
+	r.open++
+	c.wg.Add(1)
+	go c.request(r, true)
+}
+
+// settleLocked reports whether the answer of one of r's requests settles r: a block, or the failure of
+// the last request still open. A failure while the other request is open settles nothing.
+func (c *Client) settleLocked(r *refill, hedge bool, err error) bool {
+	r.open--
+	if r.settled || err != nil && r.open > 0 {
+		return false
+	}
+	r.settled = true
+	r.route.settled.Store(true)
+	r.stopHedge()
+	if hedge && err == nil {
+		c.hedge.won++
+	}
+	return true
+}
+
+// spareLocked takes the block of a request whose refill the other request settled. The cache keeps it
+// while it holds, with the leases in flight, less than refills top it up to: the low-water mark and a
+// block, or the mark and WithRefillInterval's worth of IDs at the current rate when blocks are capped
+// below that. Otherwise, or when it overlaps a block already received, it is dropped: a gap, never
+// served.
+func (c *Client) spareLocked(blk allocator.Block, useBy time.Time, now time.Time) {
+	if c.closed {
+		return
+	}
+	if err := c.overlapLocked(blk); err != nil {
+		c.refillErrors++
+		return
+	}
+	full := c.lowWater + max(c.lastSize, int64(c.rate*c.cfg.refillInterval.Seconds()))
+	if c.uncarved+c.flight.ids >= full {
+		c.discarded += blk.Size
+		return
+	}
+	c.refills++
+	c.cacheLocked(blk, useBy, now)
+}

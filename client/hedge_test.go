@@ -1,0 +1,362 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// hangingServer is a contract server that, while hang is set, takes requests and answers none of them
+// until release is closed (or the request ends); slow delays every answer instead.
+type hangingServer struct {
+	*contractServer
+	srv     *httptest.Server
+	hang    atomic.Bool
+	slow    atomic.Int64 // nanoseconds
+	release chan struct{}
+	once    sync.Once
+	waiting atomic.Int32 // requests held now
+}
+
+func startHanging(t *testing.T, be allocator.Backend) *hangingServer {
+	t.Helper()
+	s := &hangingServer{contractServer: &contractServer{be: be}, release: make(chan struct{})}
+	h := s.handler()
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.hang.Load() {
+			s.waiting.Add(1)
+			select {
+			case <-s.release:
+			case <-r.Context().Done():
+			}
+			s.waiting.Add(-1)
+		}
+		if d := time.Duration(s.slow.Load()); d > 0 {
+			time.Sleep(d)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.srv.Close)
+	t.Cleanup(s.answer) // before Close, which waits for the requests held
+	return s
+}
+
+// answer lets the requests held, and those to come, through.
+func (s *hangingServer) answer() {
+	s.once.Do(func() { close(s.release) })
+	s.hang.Store(false)
+}
+
+func TestHedgeDelayIsTheP95OfTheAnswersUsed(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name    string
+		fixed   time.Duration
+		timeout time.Duration
+		samples []time.Duration
+		want    time.Duration
+	}{
+		{name: "before any answer", want: firstHedgeDelay},
+		{name: "before any answer, short timeout", timeout: ms(100), want: ms(50)},
+		{name: "one answer", samples: []time.Duration{ms(40)}, want: ms(40)},
+		{name: "floor", samples: []time.Duration{ms(1), ms(2), ms(3)}, want: hedgeFloor},
+		{name: "nearest rank of 20: the 19th", samples: seq(20, ms(10)), want: ms(190)},
+		{name: "nearest rank of 64: the 61st", samples: seq(64, ms(1)), want: ms(61)},
+		{name: "the window keeps the last 64", samples: append(seq(64, ms(100)), seq(64, ms(1))...), want: ms(61)},
+		{name: "half the request timeout at most", timeout: ms(200), samples: seq(10, ms(100)), want: ms(100)},
+		{name: "fixed", fixed: ms(7), samples: seq(10, ms(100)), want: ms(7)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []Option
+			if tc.fixed > 0 {
+				opts = append(opts, WithHedgeDelay(tc.fixed))
+			}
+			if tc.timeout > 0 {
+				opts = append(opts, WithRequestTimeout(tc.timeout))
+			}
+			var cfg config
+			for _, o := range opts {
+				o(&cfg)
+			}
+			cfg = cfg.withDefaults()
+			var h hedging
+			h.delay = h.derive(&cfg)
+			for _, d := range tc.samples {
+				h.noteRequest(d, &cfg)
+			}
+			if h.delay != tc.want {
+				t.Fatalf("delay %s, want %s", h.delay, tc.want)
+			}
+		})
+	}
+}
+
+// seq returns n latencies: step, 2×step, … n×step, shuffled.
+func seq(n int, step time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = time.Duration(i+1) * step
+	}
+	rand.Shuffle(n, func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func TestWithHedgeDelayIsClamped(t *testing.T) {
+	for _, tc := range []struct{ in, timeout, want time.Duration }{
+		{0, 0, 0}, // derived
+		{-time.Second, 0, 0},
+		{time.Microsecond, 0, time.Millisecond},
+		{time.Hour, 0, DefaultRequestTimeout / 2},
+		{time.Second, 10 * time.Second, time.Second},
+	} {
+		cfg := config{hedgeDelay: tc.in, requestTimeout: tc.timeout}.withDefaults()
+		if cfg.hedgeDelay != tc.want {
+			t.Errorf("WithHedgeDelay(%s), request timeout %s: %s, want %s", tc.in, tc.timeout, cfg.hedgeDelay, tc.want)
+		}
+	}
+}
+
+// TestLowWaterMarkCoversTheHedgeDelay: with somewhere to hedge to, the mark leaves room for the hedge
+// delay on top of two refill latencies and the scheduling slack; with one URL it does not.
+func TestLowWaterMarkCoversTheHedgeDelay(t *testing.T) {
+	for _, tc := range []struct {
+		paths int
+		want  int64
+	}{
+		{1, 30_000}, // 1 M/s × (2 × 10ms + 10ms)
+		{2, 70_000}, // and 40ms of hedge delay
+	} {
+		c := &Client{rate: 1e6, latency: 10 * time.Millisecond, lastSize: 1000,
+			hedge: hedging{paths: tc.paths, delay: 40 * time.Millisecond}}
+		c.setLowWaterLocked()
+		if c.lowWater != tc.want {
+			t.Errorf("%d URLs: low-water %d, want %d", tc.paths, c.lowWater, tc.want)
+		}
+	}
+}
+
+// TestHedgeAroundAHungURL: one of two URLs starts taking requests and answering none. Every refill
+// that goes there is hedged to the other within the hedge delay, so no Next waits anywhere near the
+// request timeout; the hung URL is skipped with backoff once a hedge outpaced it; when it answers at
+// last, its blocks are spares, kept or dropped, and no ID comes twice.
+func TestHedgeAroundAHungURL(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "h", BlockSize: 50, MaxBlockSize: 50})
+	hung, ok := startHanging(t, fake), startHanging(t, fake)
+	c := newClient(t, HTTP(hung.srv.URL, ok.srv.URL), "h", WithRequestTimeout(time.Minute),
+		WithHedgeDelay(10*time.Millisecond), WithBackoff(time.Millisecond, 20*time.Millisecond))
+	set := newIDSet()
+	add := set.adder()
+	var n int64
+	for ; n < 500; n++ { // warm-up: the settings are read, both URLs answer
+		add.add(mustNext(t, c))
+	}
+	hung.hang.Store(true)
+	won := c.Stats().HedgesWon
+	for hung.waiting.Load() < 3 || c.Stats().HedgesWon < won+3 {
+		begin := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		id, err := c.Next(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Next after %d IDs: %v", n, err)
+		}
+		if took := time.Since(begin); took > 5*time.Second {
+			t.Fatalf("a Next waited %s with a hedge delay of 10ms", took)
+		}
+		add.add(id)
+		n++
+	}
+	st := c.Stats()
+	if st.SlowRefills < st.Hedges || st.Hedges < st.HedgesWon || st.HedgeDelay != 10*time.Millisecond {
+		t.Fatalf("slow refills %d, hedges %d, won %d, delay %s", st.SlowRefills, st.Hedges, st.HedgesWon, st.HedgeDelay)
+	}
+	if st.Endpoints[0].Failures == 0 || !strings.Contains(st.Endpoints[0].LastError, "hedge") {
+		t.Fatalf("the hung URL is not backed off after a hedge outpaced it: %+v", st.Endpoints[0])
+	}
+	held := hung.waiting.Load()
+	if held == 0 {
+		t.Fatalf("no request waits on the hung URL")
+	}
+
+	// The hung URL answers: every request it held brings a block, kept or dropped as a gap.
+	before := st
+	hung.answer()
+	eventually(t, "the held requests answered", func() bool { return hung.leases.Load() >= int64(held) })
+	eventually(t, "their blocks kept or dropped", func() bool {
+		st = c.Stats()
+		return st.Refills+st.Discarded/50 == ok.leases.Load()+hung.leases.Load()
+	})
+	if st.Refills+st.Discarded/50 == before.Refills {
+		t.Fatalf("no late block arrived")
+	}
+	for range 10 * 50 { // through the cache, spares included
+		add.add(mustNext(t, c))
+		n++
+	}
+	set.check(t, n)
+	t.Logf("%d IDs; %d refills, %d slow, %d hedges, %d won, %d IDs dropped; endpoints %+v", n, st.Refills,
+		st.SlowRefills, st.Hedges, st.HedgesWon, st.Discarded, st.Endpoints)
+}
+
+// TestSpares: the second block of a hedged refill is cached while the cache holds less than refills
+// top it up to, dropped (a gap) when it is full, refused when it overlaps one received, and a gap
+// after Close.
+func TestSpares(t *testing.T) {
+	blk := func(start int64) allocator.Block {
+		return allocator.Block{Namespace: "s", Start: start, Step: 1, Size: 100}
+	}
+	for _, tc := range []struct {
+		name                string
+		cached, lowWater    int64
+		rate                float64
+		spare               allocator.Block
+		closed              bool
+		kept, dropped, errs int64
+	}{
+		{name: "room", cached: 100, lowWater: 50, spare: blk(1000), kept: 100},
+		{name: "full: the mark and a block", cached: 150, lowWater: 50, spare: blk(1000), dropped: 100},
+		{name: "room for the refill interval's worth", cached: 150, lowWater: 50, rate: 1000, spare: blk(1000), kept: 100},
+		{name: "overlap", cached: 100, lowWater: 50, spare: blk(150), errs: 1},
+		{name: "closed", cached: 100, lowWater: 50, spare: blk(1000), closed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Client{cfg: config{clock: newFakeClock()}.withDefaults(), avail: make(chan struct{}),
+				lowWater: tc.lowWater, lastSize: 100, rate: tc.rate, closed: tc.closed}
+			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
+			c.uncarved = tc.cached
+			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now())
+			if got := c.uncarved - tc.cached; got != tc.kept || c.discarded != tc.dropped || c.refillErrors != tc.errs {
+				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.discarded, c.refillErrors, tc.kept, tc.dropped, tc.errs)
+			}
+		})
+	}
+}
+
+// TestOneURLOnlyCountsSlowRefills: with nowhere to hedge to, a refill past the hedge delay is counted
+// and nothing else changes: no second lease, and the mark does not cover the delay.
+func TestOneURLOnlyCountsSlowRefills(t *testing.T) {
+	for name, src := range map[string]func(*fakeBackend) Source{
+		"FromBackend": func(f *fakeBackend) Source { return FromBackend(f) },
+		"one URL": func(f *fakeBackend) Source {
+			_, srv := startContract(t, f, "")
+			return HTTP(srv.URL)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fake := newFake(allocator.Namespace{Name: "one", BlockSize: 100, MaxBlockSize: 100})
+			fake.delay = 100 * time.Millisecond
+			c := newClient(t, src(fake), "one", WithHedgeDelay(5*time.Millisecond))
+			for range 5 * 100 {
+				mustNext(t, c)
+			}
+			eventually(t, "slow refills counted", func() bool { return c.Stats().SlowRefills >= 3 })
+			calls := fake.leaseCalls() // each belongs to a lease that is, a moment later, cached or in flight
+			st := c.Stats()
+			if st.Hedges != 0 || st.HedgesWon != 0 || calls > int(st.Refills)+st.InFlight {
+				t.Fatalf("slow refills %d, hedges %d, won %d; %d leases for %d refills and %d in flight",
+					st.SlowRefills, st.Hedges, st.HedgesWon, calls, st.Refills, st.InFlight)
+			}
+		})
+	}
+}
+
+// TestLoserDoesNotFailOver: once the other request settled the refill, a request whose URL fails ends
+// there instead of leasing another block elsewhere; and a hedge asks the other URL first.
+func TestLoserDoesNotFailOver(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "l", BlockSize: 10})
+	hung, ok := startHanging(t, fake), startHanging(t, fake)
+	hung.hang.Store(true)
+	cfg := config{requestTimeout: 200 * time.Millisecond}.withDefaults()
+	l, err := HTTP(hung.srv.URL, ok.srv.URL).open("l", &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	h := l.(*httpLeaser)
+	for {
+		var r route
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.lease(context.Background(), 0, &r, false)
+			done <- err
+		}()
+		eventually(t, "the first request sent", func() bool { return r.first.Load() != nil })
+		if r.first.Load() != h.eps[0] {
+			<-done // round-robin sent it to the URL that answers; the next goes to the hung one
+			continue
+		}
+		okBefore := ok.leases.Load()
+		if _, err := l.lease(context.Background(), 0, &r, true); err != nil {
+			t.Fatalf("hedge: %v", err)
+		}
+		if ok.leases.Load() != okBefore+1 {
+			t.Fatalf("the hedge did not go to the URL that answers")
+		}
+		r.settled.Store(true)
+		if err := <-done; !errors.Is(err, errSettled) {
+			t.Fatalf("the first request after its URL timed out: %v, want errSettled", err)
+		}
+		if ok.leases.Load() != okBefore+1 {
+			t.Fatalf("the first request failed over after the refill was settled")
+		}
+		return
+	}
+}
+
+// TestHedgesLeaveNoDuplicate: two URLs, one of which answers some requests late, many goroutines and
+// a short hedge delay: many refills are hedged, their spares kept or dropped, and no ID comes twice.
+func TestHedgesLeaveNoDuplicate(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "d", BlockSize: 100, MaxBlockSize: 2000})
+	flaky, ok := startHanging(t, fake), startHanging(t, fake)
+	c := newClient(t, HTTP(flaky.srv.URL, ok.srv.URL), "d", WithHedgeDelay(2*time.Millisecond),
+		WithRefillInterval(10*time.Millisecond))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	go func() { // a late answer now and then
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			flaky.slow.Store(int64(time.Duration(rand.IntN(2)) * 15 * time.Millisecond))
+		}
+	}()
+	const goroutines, perG = 8, 50_000
+	set := newIDSet()
+	errs := make(chan error, goroutines)
+	for range goroutines {
+		wg.Go(func() {
+			add := set.adder()
+			for range perG {
+				id, err := c.Next(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				add.add(id)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	set.check(t, goroutines*perG)
+	st := c.Stats()
+	if st.Hedges == 0 {
+		t.Fatalf("no refill was hedged: %+v", st)
+	}
+	t.Logf("%d refills, %d hedges, %d won, %d IDs dropped", st.Refills, st.Hedges, st.HedgesWon, st.Discarded)
+}
