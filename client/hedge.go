@@ -1,11 +1,11 @@
 package client
 
 import (
-	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/hedge"
 )
 
 // Hedged refills: a refill whose request has not been answered after the hedge delay sends a second
@@ -18,8 +18,6 @@ const (
 	hedgeFloor = 20 * time.Millisecond
 	// firstHedgeDelay is the delay until a first request has been answered (the first also dials).
 	firstHedgeDelay = 250 * time.Millisecond
-	// latencyWindow is how many recent requests the 95th percentile is taken over.
-	latencyWindow = 64
 )
 
 // refill is one lease in flight: its first request and, once the hedge delay has passed, maybe a hedge.
@@ -42,38 +40,26 @@ type route struct {
 
 // hedging is a Client's state of hedged refills, guarded by Client.mu.
 type hedging struct {
-	paths   int                          // URLs of the source: a hedge needs two
-	delay   time.Duration                // the current hedge delay
-	recent  [latencyWindow]time.Duration // of the requests whose answer settled a refill
-	samples int                          // such requests in all
+	paths   int           // URLs of the source: a hedge needs two
+	delay   time.Duration // the current hedge delay
+	answers hedge.Delay   // the latencies of the requests whose answers settled a refill
 
 	slow, sent, won int64 // Stats.SlowRefills, Hedges and HedgesWon
 }
 
 // noteRequest records how long the request whose answer settled a refill took, and derives the delay.
 func (h *hedging) noteRequest(took time.Duration, cfg *config) {
-	h.recent[h.samples%latencyWindow] = took
-	h.samples++
+	h.answers.Observe(took)
 	h.delay = h.derive(cfg)
 }
 
-// derive is the hedge delay: WithHedgeDelay, or the 95th percentile (the nearest rank) of the latencies
-// of the recent requests whose answers were used, at least hedgeFloor and at most half the request
-// timeout. The answers that came too late to be used are left out, or a path that hung would teach the
-// delay to wait for it.
+// derive is the hedge delay: WithHedgeDelay, or the 95th percentile of the latencies of the recent
+// requests whose answers were used, at least hedgeFloor and at most half the request timeout.
 func (h *hedging) derive(cfg *config) time.Duration {
 	if cfg.hedgeDelay > 0 {
 		return cfg.hedgeDelay
 	}
-	d := firstHedgeDelay
-	if n := min(h.samples, latencyWindow); n > 0 {
-		var buf [latencyWindow]time.Duration
-		sorted := buf[:n]
-		copy(sorted, h.recent[:n])
-		slices.Sort(sorted)
-		d = max(sorted[(n*95+99)/100-1], hedgeFloor)
-	}
-	return min(d, cfg.requestTimeout/2)
+	return h.answers.Get(hedgeFloor, cfg.requestTimeout/2, firstHedgeDelay)
 }
 
 // armHedgeLocked starts r's hedge timer.

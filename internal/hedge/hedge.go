@@ -1,0 +1,41 @@
+// Package hedge derives when to hedge a request: how long to wait for an answer before the same
+// request goes to another server too. The delay is the 95th percentile of the latencies of recent
+// answers, within bounds, so that about one request in twenty is hedged while the servers are healthy,
+// and every request is hedged promptly while one of them hangs.
+package hedge
+
+import (
+	"slices"
+	"time"
+)
+
+// Window is how many recent answers the percentile is taken over.
+const Window = 64
+
+// Delay keeps the latencies of the last Window answers. Feed it only the answers that were used: the
+// late answer of a request that a hedge outpaced would teach it to wait for a path that hung. The zero
+// value is ready for use; it is not safe for concurrent use.
+type Delay struct {
+	recent [Window]time.Duration
+	n      int // answers observed in all
+}
+
+// Observe records how long an answer took.
+func (d *Delay) Observe(took time.Duration) {
+	d.recent[d.n%Window] = took
+	d.n++
+}
+
+// Get returns the 95th percentile (the nearest rank) of the latencies observed, at least floor and at
+// most ceiling; before the first answer, first (at most ceiling).
+func (d *Delay) Get(floor, ceiling, first time.Duration) time.Duration {
+	n := min(d.n, Window)
+	if n == 0 {
+		return min(first, ceiling)
+	}
+	var buf [Window]time.Duration
+	sorted := buf[:n]
+	copy(sorted, d.recent[:n])
+	slices.Sort(sorted)
+	return min(max(sorted[(n*95+99)/100-1], floor), ceiling)
+}
