@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/hedge"
 )
 
 // PreferLeaser is implemented by backends that can lease from a chosen ticket server (*mysql.Pair does).
@@ -47,6 +48,11 @@ type CacheConfig struct {
 	// one is used up faster than the backend leases the next, the cache keeps as many as the lease
 	// latency needs, up to MaxAhead, with as many leases in flight. Default 8.
 	MaxAhead int
+	// HedgeDelay is how long a segment lease waits for its ticket server before a second lease goes to
+	// another healthy server (a hedge), when the backend can choose (PreferLeaser); the first segment to
+	// arrive is served first, the other next. Default: the 95th percentile of the latencies of recent
+	// segment leases, at least 20ms (250ms before the first); at most half of FetchTimeout.
+	HedgeDelay time.Duration
 }
 
 func (c CacheConfig) withDefaults() CacheConfig {
@@ -73,12 +79,17 @@ func (c CacheConfig) withDefaults() CacheConfig {
 	if c.MaxAhead <= 0 {
 		c.MaxAhead = 8
 	}
+	c.HedgeDelay = min(max(c.HedgeDelay, 0), c.FetchTimeout/2)
 	return c
 }
 
 const (
 	minFetchBackoff = 20 * time.Millisecond
 	maxFetchBackoff = time.Second
+	// hedgeFloor and firstHedgeDelay bound the derived hedge delay: an answer later than usual by less
+	// than the floor is noise; before the first answer, the latency is not known.
+	hedgeFloor      = 20 * time.Millisecond
+	firstHedgeDelay = 250 * time.Millisecond
 )
 
 // segmentCache keeps, per namespace, a current segment that blocks are carved from and the next one
@@ -133,9 +144,10 @@ type space struct {
 	settingsAt atomic.Int64 // unix nanoseconds of the last settings read
 	size       atomic.Int64 // size of the next segment lease; 0 until the first
 	// Hints for the lock-free path, mirrored from the state under mu.
-	busy    atomic.Bool  // a backend call is in flight
-	room    atomic.Bool  // fewer segments are cached ahead and coming than the depth
-	retryAt atomic.Int64 // unix nanoseconds before which no call starts after a failure
+	busy       atomic.Bool  // a backend call is in flight
+	refreshing atomic.Bool  // a call that only refreshes the settings is in flight
+	room       atomic.Bool  // fewer segments are cached ahead and coming than the depth
+	retryAt    atomic.Int64 // unix nanoseconds before which no call starts after a failure
 
 	mu           sync.Mutex
 	ahead        []*segment   // leased ahead of the current one, oldest first
@@ -149,6 +161,10 @@ type space struct {
 	retired      bool          // a segment has been used up or dropped
 	haveLifetime bool          // lastLifetime is new: the next segment's size has not followed it yet
 	latency      time.Duration // of segment leases: the moving average, or the last when slower
+	landed       chan struct{} // closed, and replaced, whenever a segment lease lands
+	answers      hedge.Delay   // latencies of the segment leases that landed before their hedge or original
+	hedgesSent   int64
+	hedgesWon    int64
 }
 
 // fetchCall is one backend call; waiters read err once done is closed.
@@ -156,6 +172,17 @@ type fetchCall struct {
 	done    chan struct{}
 	err     error
 	segment bool // it leases a segment
+
+	// Segment leases, under space.mu: the server asked first and the size (set when the lease starts,
+	// given for a hedge), and the other lease of a hedged pair.
+	prefer    string
+	size      int64
+	partner   *fetchCall
+	hedge     bool // it is the hedge of partner
+	finished  bool
+	landed    bool // it brought a segment
+	spare     bool // its partner landed first: no longer counted as coming
+	stopHedge func() bool
 }
 
 // segment is a leased block that client blocks are carved from.
@@ -202,7 +229,7 @@ func (c *segmentCache) space(name string) *space {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if sp = c.spaces[name]; sp == nil {
-		sp = &space{name: name, c: c, depth: 1}
+		sp = &space{name: name, c: c, depth: 1, landed: make(chan struct{})}
 		sp.room.Store(true)
 		c.spaces[name] = sp
 	}
@@ -388,13 +415,22 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 		}
 		sp.c.logger.Debug("cached segment dropped: older than half its lease TTL", "namespace", sp.name, "block", n.blk.String())
 	}
+	sp.topUpLocked(now, reqID) // unless enough segments are coming (a spare whose partner landed is not)
 	call, err := sp.joinLocked(true, reqID)
+	landed := sp.landed
 	sp.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	sp.c.metrics.observeStall(sp.name)
-	return wait(ctx, call)
+	select { // the oldest call's outcome, or a segment from any call (its hedge, a later one)
+	case <-call.done:
+		return call.err
+	case <-landed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // kick starts background calls when the current segment is used past its threshold and fewer
@@ -405,15 +441,21 @@ func (sp *space) kick(now time.Time, seg *segment, reqID string) {
 		return
 	}
 	needSegment := seg.taken.Load() >= seg.threshold && sp.room.Load()
-	oldSettings := !sp.busy.Load() && now.UnixNano()-sp.settingsAt.Load() > int64(sp.c.cfg.SettingsTTL)
+	oldSettings := !sp.refreshing.Load() && now.UnixNano()-sp.settingsAt.Load() > int64(sp.c.cfg.SettingsTTL)
 	if !needSegment && !oldSettings {
 		return
 	}
 	sp.mu.Lock()
 	if needSegment {
 		sp.topUpLocked(now, reqID)
-	} else if len(sp.calls) == 0 {
-		_, _ = sp.startLocked(false, reqID)
+	}
+	if oldSettings && !sp.refreshing.Load() {
+		// A call of its own: segment leases go on with the settings they have meanwhile, so that a
+		// read that waits for a server that hangs holds none of them up.
+		sp.refreshing.Store(true)
+		if _, err := sp.startLocked(false, reqID); err != nil {
+			sp.refreshing.Store(false)
+		}
 	}
 	sp.mu.Unlock()
 }
@@ -433,15 +475,19 @@ func (sp *space) topUpLocked(now time.Time, reqID string) {
 
 // startLocked starts a backend call of this namespace.
 func (sp *space) startLocked(withSegment bool, reqID string) (*fetchCall, error) {
+	return sp.launchLocked(&fetchCall{done: make(chan struct{}), segment: withSegment}, reqID)
+}
+
+// launchLocked starts call.
+func (sp *space) launchLocked(call *fetchCall, reqID string) (*fetchCall, error) {
 	c := sp.c
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
 		return nil, allocator.ErrClosed
 	}
-	call := &fetchCall{done: make(chan struct{}), segment: withSegment}
 	sp.calls = append(sp.calls, call)
-	if withSegment {
+	if call.segment {
 		sp.coming++
 	}
 	sp.hintLocked()
@@ -477,7 +523,12 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	now := c.now()
 	var err error
 	st := sp.settings.Load()
-	if st == nil || now.UnixNano()-sp.settingsAt.Load() > int64(c.cfg.SettingsTTL) {
+	if !call.segment {
+		defer sp.refreshing.Store(false)
+	}
+	// A segment lease reads the settings only when it has none; kick refreshes old ones with a call of
+	// its own.
+	if st == nil || !call.segment && now.UnixNano()-sp.settingsAt.Load() > int64(c.cfg.SettingsTTL) {
 		ns, nerr := c.backend.Namespace(ctx, sp.name)
 		switch {
 		case nerr == nil:
@@ -495,16 +546,27 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	var took time.Duration
 	if err == nil && call.segment {
 		sp.mu.Lock()
-		size := sp.nextSizeLocked(*st)
-		last := sp.lastServer
+		if !call.hedge {
+			call.size = sp.nextSizeLocked(*st)
+			call.prefer = c.preferFor(sp.lastServer)
+			sp.armHedgeLocked(call, reqID)
+		}
+		size, prefer := call.size, call.prefer
 		sp.mu.Unlock()
 		start := c.now()
-		seg, err = sp.leaseSegment(ctx, *st, size, last, reqID)
+		seg, err = sp.leaseSegment(ctx, *st, size, prefer, reqID)
 		took = c.now().Sub(start)
 	}
 
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	call.finished = true
+	if call.stopHedge != nil {
+		call.stopHedge()
+	}
+	if p := call.partner; err != nil && p != nil && (p.landed || !p.finished) {
+		err = nil // not a fault: the other lease of the pair brought a segment, or still may
+	}
 	switch {
 	case err == nil:
 		sp.lastErr, sp.failures = nil, 0
@@ -517,12 +579,28 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		sp.retryAt.Store(c.now().Add(backoff(sp.failures)).UnixNano())
 	}
 	sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call })
-	if call.segment {
+	if call.segment && !call.spare {
 		sp.coming--
 	}
 	if seg != nil {
 		sp.lastServer = seg.blk.Server
 		sp.noteLatencyLocked(took)
+		call.landed = true
+		if p := call.partner; p == nil || !p.landed {
+			sp.answers.Observe(took) // the first of a hedged pair: the other's latency is the hung path's
+			if call.hedge {
+				sp.hedgesWon++
+				c.metrics.observeHedge(sp.name, true)
+			}
+			if p != nil && !p.finished {
+				// The other may wait for a server that hangs: what comes of it is a spare, and the next
+				// segments are leased without waiting for it.
+				p.spare = true
+				sp.coming--
+			}
+		}
+		close(sp.landed)
+		sp.landed = make(chan struct{})
 		sp.ahead = append(sp.ahead, seg)
 		if cur := sp.cur.Load(); cur == nil || !cur.fresh(c.now()) || cur.remaining() == 0 {
 			now := c.now()
@@ -543,6 +621,41 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	}
 	call.err = err
 	close(call.done)
+}
+
+// armHedgeLocked starts the hedge timer of a segment lease that asks a server first: once the hedge
+// delay has passed without an answer, a second lease of the same size goes to another healthy server.
+func (sp *space) armHedgeLocked(call *fetchCall, reqID string) {
+	c := sp.c
+	if c.prefer == nil || call.prefer == "" {
+		return
+	}
+	delay := c.cfg.HedgeDelay
+	if delay == 0 {
+		delay = sp.answers.Get(hedgeFloor, c.cfg.FetchTimeout/2, firstHedgeDelay)
+	}
+	call.stopHedge = time.AfterFunc(delay, func() {
+		sp.mu.Lock()
+		defer sp.mu.Unlock()
+		other := c.preferFor(call.prefer)
+		if call.finished || other == "" || other == call.prefer {
+			return // answered, or no other healthy server to ask
+		}
+		h := &fetchCall{done: make(chan struct{}), segment: true, prefer: other, size: call.size, partner: call, hedge: true}
+		if _, err := sp.launchLocked(h, reqID); err != nil {
+			return
+		}
+		call.partner = h
+		sp.hedgesSent++
+		c.metrics.observeHedge(sp.name, false)
+	}).Stop
+}
+
+// hedges returns how many hedges were sent, and how many of them landed first.
+func (sp *space) hedges() (sent, won int64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.hedgesSent, sp.hedgesWon
 }
 
 // noteLatencyLocked records how long a segment lease took: the moving average, or the last when it was
@@ -617,12 +730,14 @@ func (c *segmentCache) preferFor(last string) string {
 	return ""
 }
 
-func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size int64, last, reqID string) (*segment, error) {
+// leaseSegment leases a segment of size IDs, from the server named prefer first when the backend can
+// choose.
+func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size int64, prefer, reqID string) (*segment, error) {
 	c := sp.c
 	var blk allocator.Block
 	var err error
 	if c.prefer != nil {
-		blk, err = c.prefer.LeaseFrom(ctx, sp.name, size, c.preferFor(last))
+		blk, err = c.prefer.LeaseFrom(ctx, sp.name, size, prefer)
 	} else {
 		blk, err = c.backend.Lease(ctx, sp.name, size)
 	}

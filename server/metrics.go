@@ -27,6 +27,8 @@ type Metrics struct {
 	failovers    *prometheus.CounterVec
 	fetches      *prometheus.CounterVec
 	stalls       *prometheus.CounterVec
+	hedges       *prometheus.CounterVec
+	hedgesWon    *prometheus.CounterVec
 	authFailures prometheus.Counter
 	authRefused  prometheus.Counter
 
@@ -87,6 +89,12 @@ func NewMetrics() *Metrics {
 		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_stalls_total", Help: "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).",
 		}, []string{"namespace"}),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_cache_hedges_total", Help: "Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace.",
+		}, []string{"namespace"}),
+		hedgesWon: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_cache_hedges_won_total", Help: "Hedged segment leases whose second lease brought a segment first, by namespace.",
+		}, []string{"namespace"}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ticketd_auth_failures_total", Help: "Requests with a wrong or malformed token (the server log names the client addresses).",
 		}),
@@ -100,7 +108,7 @@ func NewMetrics() *Metrics {
 		latency:  map[string]*latencyWindow{},
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches, m.stalls,
-		m.authFailures, m.authRefused,
+		m.hedges, m.hedgesWon, m.authFailures, m.authRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -215,6 +223,15 @@ func (m *Metrics) observeFetch(namespace string, err error) {
 }
 
 func (m *Metrics) observeStall(namespace string) { m.stalls.WithLabelValues(namespace).Inc() }
+
+// observeHedge counts a hedge sent, or one that won.
+func (m *Metrics) observeHedge(namespace string, won bool) {
+	if won {
+		m.hedgesWon.WithLabelValues(namespace).Inc()
+	} else {
+		m.hedges.WithLabelValues(namespace).Inc()
+	}
+}
 
 // observeAuthFailure counts a wrong token, or (refused) a request turned away for too many of them.
 func (m *Metrics) observeAuthFailure(refused bool) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 )
@@ -222,18 +223,66 @@ func KeepLatest[R Record](latest map[string]R, r R) {
 	}
 }
 
+// slowSettings is how long a lease waits for a refresh of settings it holds a copy of. A refresh that
+// takes longer (a server that takes requests and answers none) goes on in the background, and the
+// lease uses the copy it has, as when no server answers.
+const slowSettings = 50 * time.Millisecond
+
 // Settings returns a namespace's settings as Latest reads them, cached for SettingsTTL. When no server
-// answers, settings read before are good enough.
+// answers, settings read before are good enough; so they are while a refresh is slow (see
+// slowSettings): one refresh at a time goes on in the background, and leases go on with the last copy.
 func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	now := set.cfg.Now()
 	set.settingsMu.Lock()
 	c, ok := set.settings[name]
-	set.settingsMu.Unlock()
 	if ok && now.Sub(c.fetched) < set.cfg.SettingsTTL {
+		set.settingsMu.Unlock()
 		return c.rec, nil
 	}
+	if !ok {
+		set.settingsMu.Unlock()
+		return set.refresh(ctx, name, now)
+	}
+	done := set.refreshing[name]
+	if done == nil && !set.closed.Load() {
+		done = make(chan struct{})
+		set.refreshing[name] = done
+		set.wg.Add(1)
+		go func() {
+			defer set.wg.Done()
+			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
+			_, _ = set.refresh(rctx, name, now)
+			cancel()
+			set.settingsMu.Lock()
+			delete(set.refreshing, name)
+			set.settingsMu.Unlock()
+			close(done)
+		}()
+	}
+	set.settingsMu.Unlock()
+	t := time.NewTimer(slowSettings)
+	defer t.Stop()
+	select {
+	case <-done:
+		set.settingsMu.Lock()
+		if n, ok := set.settings[name]; ok {
+			c = n
+		}
+		set.settingsMu.Unlock()
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return c.rec, nil
+}
+
+// refresh reads a namespace's settings with Latest and caches them as read at now. When no server
+// answers, the copy cached before, if any, is returned.
+func (set *Set[S, R]) refresh(ctx context.Context, name string, now time.Time) (R, error) {
 	rec, err := set.Latest(ctx, name)
 	if err != nil {
+		set.settingsMu.Lock()
+		c, ok := set.settings[name]
+		set.settingsMu.Unlock()
 		if ok && !errors.Is(err, allocator.ErrNotFound) {
 			return c.rec, nil // servers unreachable: the last known settings are good enough
 		}

@@ -27,7 +27,11 @@ type Set[S Server[R], R Record] struct {
 	// settings it never expires: a server that missed a change while every server holding it is away
 	// still gets it from here (see Known).
 	known map[string]R
+	// refreshing is closed when the background refresh of a namespace's settings ends (see Settings).
+	refreshing map[string]chan struct{}
 
+	bg        context.Context // ends background refreshes at Close
+	stopBG    context.CancelFunc
 	closeOnce sync.Once
 	closed    atomic.Bool
 	done      chan struct{}
@@ -41,7 +45,9 @@ type cachedSettings[R any] struct {
 
 // NewSet returns an empty Set; add its servers with Add before any other call.
 func NewSet[S Server[R], R Record](cfg Config) *Set[S, R] {
-	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{}, done: make(chan struct{})}
+	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{},
+		refreshing: map[string]chan struct{}{}, done: make(chan struct{})}
+	set.bg, set.stopBG = context.WithCancel(context.Background())
 	set.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
 	return set
 }
@@ -159,8 +165,11 @@ func (set *Set[S, R]) Closed() bool { return set.closed.Load() }
 // closes its connections there). Safe to call twice: release runs once.
 func (set *Set[S, R]) Close(release func()) {
 	set.closeOnce.Do(func() {
+		set.settingsMu.Lock() // no background refresh starts after this (see Settings)
 		set.closed.Store(true)
+		set.settingsMu.Unlock()
 		close(set.done)
+		set.stopBG()
 		set.wg.Wait()
 		release()
 	})

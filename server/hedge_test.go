@@ -1,0 +1,152 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// proxiedPair opens the harness's MariaDB pair (a fresh database) with the production defaults (2 s
+// per attempt, 5 s per lease), each server reached through a toxiproxy of its own, and creates
+// namespace ns. hang(i) makes server i's proxy take connections and requests and answer nothing.
+func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Pair, hang func(i int)) {
+	t.Helper()
+	dsns := testenv.Pair(t)
+	toxi := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	proxies := make([]*toxiproxy.Proxy, len(dsns))
+	for i, dsn := range dsns {
+		if _, err := mysql.MigrateDSN(context.Background(), dsn); err != nil {
+			t.Fatal(err)
+		}
+		mc, err := gomysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, err := testservers.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxies[i] = toxiproxy.NewProxy(toxi, fmt.Sprintf("server-%d", i), fmt.Sprintf("127.0.0.1:%d", port), mc.Addr)
+		if err := proxies[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxies[i].Stop)
+		mc.Addr = proxies[i].Listen
+		dsns[i] = mc.FormatDSN()
+	}
+	p, err := mysql.Open(context.Background(), mysql.Config{DSNs: dsns, Names: []string{"a", "b"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if _, err := p.CreateNamespace(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return p, func(i int) {
+		js := `{"name":"hang","type":"timeout","stream":"downstream","toxicity":1,"attributes":{"timeout":0}}`
+		if _, err := proxies[i].Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCacheWhileATicketServerHangs: requests lease small blocks from a ticketd's segment cache at a
+// steady rate; its segments last 50 ms, so the cache fetches one about every 50 ms from the pair, from
+// the two servers in turn. Mid-run server a stops answering (connections accepted, nothing replied).
+//
+// Failover alone bounds the wait at the pair's attempt timeout (2 s by default): the fetch that meets
+// the hung server waits that long before it tries b, the segments cached run out long before, and the
+// requests wait with it. Hedged, a fetch not answered within the hedge delay sends a second lease to
+// the other server, and no request waits more than 200 ms.
+func TestCacheWhileATicketServerHangs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hedge   time.Duration // CacheConfig.HedgeDelay; 0: derived
+		longest func(time.Duration) error
+	}{
+		{"failover alone", time.Hour, func(d time.Duration) error {
+			if d < time.Second {
+				return fmt.Errorf("the longest wait was %s: failover alone should have made one wait about 2s", d)
+			}
+			return nil
+		}},
+		{"hedged", 0, func(d time.Duration) error {
+			if d > 200*time.Millisecond {
+				return fmt.Errorf("a request waited %s, want at most 200ms", d)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := allocator.Namespace{Name: "hang", BlockSize: 10, MaxBlockSize: 2000}
+			p, hang := proxiedPair(t, ns)
+			c := newSegmentCache(CacheConfig{MinSegment: 2000, MaxSegment: 2000, HedgeDelay: tc.hedge}, p, NewMetrics(), quiet, time.Now)
+			t.Cleanup(c.close)
+			var (
+				mu       sync.Mutex
+				longest  time.Duration
+				measure  = make(chan struct{})
+				stop     = make(chan struct{})
+				wg       sync.WaitGroup
+				failures = make(chan error, 4)
+			)
+			for range 4 { // 4 × 10 IDs a millisecond: a segment of 2000 lasts 50 ms
+				wg.Go(func() {
+					var mine time.Duration
+					defer func() {
+						mu.Lock()
+						longest = max(longest, mine)
+						mu.Unlock()
+					}()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						begin := time.Now()
+						if _, _, err := c.lease(context.Background(), "hang", 10, ""); err != nil {
+							failures <- err
+							return
+						}
+						select {
+						case <-measure:
+							mine = max(mine, time.Since(begin))
+						default:
+						}
+						time.Sleep(time.Millisecond)
+					}
+				})
+			}
+			time.Sleep(time.Second) // warm-up
+			close(measure)
+			time.Sleep(300 * time.Millisecond)
+			hang(0)
+			time.Sleep(3 * time.Second)
+			close(stop)
+			wg.Wait()
+			close(failures)
+			for err := range failures {
+				t.Fatal(err)
+			}
+			sent, won := c.space("hang").hedges()
+			t.Logf("longest wait after the warm-up: %s; %d hedges sent, %d won", longest, sent, won)
+			if err := tc.longest(longest); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
