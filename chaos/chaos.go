@@ -108,7 +108,10 @@ type Figures struct {
 	StartViolations int64 `json:"start_violations"`
 	// ServedWhileDegraded is the share of Next calls made while a fault was active that returned an ID.
 	ServedWhileDegraded float64 `json:"served_while_degraded"`
-	LongestStallMS      float64 `json:"longest_stall_ms"`
+	// LongestStallMS is the longest a Next call took, and LongestStallDuring the fault that was active
+	// when it began ("between faults" when none was).
+	LongestStallMS     float64 `json:"longest_stall_ms"`
+	LongestStallDuring string  `json:"longest_stall_during"`
 	// Blocks is how many blocks the ticket servers issued to the replicas.
 	Blocks int64 `json:"blocks"`
 	// NextErrors counts Next calls that returned an error; FailedAttempts the lease attempts on a ticket
@@ -129,7 +132,9 @@ func (f *Figures) add(o Figures) {
 	f.Duplicates += o.Duplicates
 	f.ParityViolations += o.ParityViolations
 	f.StartViolations += o.StartViolations
-	f.LongestStallMS = max(f.LongestStallMS, o.LongestStallMS)
+	if o.LongestStallMS > f.LongestStallMS || f.LongestStallMS == 0 && f.LongestStallDuring == "" {
+		f.LongestStallMS, f.LongestStallDuring = o.LongestStallMS, o.LongestStallDuring
+	}
 	f.Blocks += o.Blocks
 	f.NextErrors += o.NextErrors
 	f.LostInFlightIDs += o.LostInFlightIDs
@@ -173,6 +178,8 @@ type FaultResult struct {
 	Expect string `json:"expect,omitempty"`
 	// FencedOrRefused is whether a server was seen fenced or refused while the fault lasted.
 	FencedOrRefused bool `json:"fenced_or_refused"`
+	// LongestStallMS is the longest Next call that began while the fault was being applied or active.
+	LongestStallMS float64 `json:"longest_stall_ms"`
 	// Checked counts, for ExpectStart, the blocks the returned server issued after the start was
 	// advanced and that were checked against it.
 	Checked int64  `json:"checked,omitempty"`

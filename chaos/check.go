@@ -24,12 +24,27 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	var f Figures
 	var all []int64
 	var longest time.Duration
+	f.LongestStallDuring = "between faults"
 	for _, d := range clients {
 		all = append(all, d.ids...)
 		f.degradedCalls += d.degradedCalls
 		f.degradedOK += d.degradeOK
 		f.NextErrors += d.errors
-		longest = max(longest, d.longest)
+		for stage, took := range d.longestIn {
+			for k := range faults {
+				if faults[k].Name == *stage {
+					faults[k].LongestStallMS = max(faults[k].LongestStallMS, float64(took.Microseconds())/1000)
+				}
+			}
+		}
+		if d.longest > longest {
+			longest = d.longest
+			if d.longestDuring != nil {
+				f.LongestStallDuring = *d.longestDuring
+			} else {
+				f.LongestStallDuring = "between faults"
+			}
+		}
 	}
 	f.IDs = int64(len(all))
 	f.LongestStallMS = float64(longest.Microseconds()) / 1000

@@ -118,9 +118,10 @@ func TestSummaryJSON(t *testing.T) {
 // TestFiguresAdd: the figures of two backends add up; the served share weighs each backend's calls.
 func TestFiguresAdd(t *testing.T) {
 	var s Figures
-	s.add(Figures{IDs: 10, Duplicates: 1, LongestStallMS: 5, degradedCalls: 10, degradedOK: 10})
-	s.add(Figures{IDs: 20, StartViolations: 2, LongestStallMS: 3, degradedCalls: 30, degradedOK: 0})
-	if s.IDs != 30 || s.Duplicates != 1 || s.StartViolations != 2 || s.LongestStallMS != 5 || s.ServedWhileDegraded != 0.25 {
+	s.add(Figures{IDs: 10, Duplicates: 1, LongestStallMS: 5, LongestStallDuring: "kill", degradedCalls: 10, degradedOK: 10})
+	s.add(Figures{IDs: 20, StartViolations: 2, LongestStallMS: 3, LongestStallDuring: "between faults", degradedCalls: 30, degradedOK: 0})
+	if s.IDs != 30 || s.Duplicates != 1 || s.StartViolations != 2 || s.LongestStallMS != 5 || s.LongestStallDuring != "kill" ||
+		s.ServedWhileDegraded != 0.25 {
 		t.Fatalf("%+v", s)
 	}
 }

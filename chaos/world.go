@@ -154,7 +154,7 @@ func (w *world) run(ctx context.Context) error {
 			}
 			return err
 		}
-		clients[i] = &drawer{c: c, degraded: &w.degraded}
+		clients[i] = &drawer{c: c, degraded: &w.degraded, stage: &w.stage}
 	}
 	w.mu.Lock()
 	w.clients = clients
@@ -355,12 +355,15 @@ func (a *attempts) ObserveFailover(string) { a.failovers.Add(1) }
 type drawer struct {
 	c        *client.Client
 	degraded *atomic.Bool
+	stage    *atomic.Pointer[string] // the world's: the fault active, nil between faults
 	count    atomic.Int64
 
 	ids                      []int64
 	degradedCalls, degradeOK int64
 	errors                   int64
 	longest                  time.Duration
+	longestDuring            *string                   // the fault active when the longest call began; nil: none
+	longestIn                map[*string]time.Duration // the longest call that began while each fault was active
 }
 
 // maxOwed is how far behind its rate a drawer may fall and still catch up: a goroutine the scheduler
@@ -388,14 +391,24 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 		}
 		for ; due > 0; due-- {
 			made++
-			degraded := d.degraded.Load()
+			degraded, stage := d.degraded.Load(), d.stage.Load()
 			begin := time.Now()
 			id, err := d.c.Next(ctx)
 			took := time.Since(begin)
 			if ctx.Err() != nil {
 				return // the run ended during the call: neither a success nor a failure
 			}
-			d.longest = max(d.longest, took)
+			if made > 1 { // the first call waits for the client's first block: start-up
+				if took > d.longest {
+					d.longest, d.longestDuring = took, stage
+				}
+				if stage != nil && took > d.longestIn[stage] {
+					if d.longestIn == nil {
+						d.longestIn = map[*string]time.Duration{}
+					}
+					d.longestIn[stage] = took
+				}
+			}
 			if degraded {
 				d.degradedCalls++
 			}
