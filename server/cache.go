@@ -564,10 +564,12 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	if call.stopHedge != nil {
 		call.stopHedge()
 	}
-	if p := call.partner; err != nil && p != nil && (p.landed || !p.finished) {
-		err = nil // not a fault: the other lease of the pair brought a segment, or still may
-	}
+	// A hedged pair fails only when both do: while the other lease brought a segment, or still may, a
+	// failure is no fault of the namespace's, and its waiters look again.
+	excused := err != nil && call.partner != nil && (call.partner.landed || !call.partner.finished)
 	switch {
+	case excused:
+		err = nil
 	case err == nil:
 		sp.lastErr, sp.failures = nil, 0
 		sp.retryAt.Store(0)

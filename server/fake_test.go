@@ -26,8 +26,10 @@ type fakeBackend struct {
 	listErr  error              // returned by Namespaces while set
 	observer allocator.Observer // told of every lease that reached a counter, when set
 	gate     chan struct{}      // while set, leases wait until it is closed
-	prefers  []string           // the prefer argument of each LeaseFrom
-	sizes    []int64            // the size of each lease that reached a counter
+	hangOn   string             // while set, leases that prefer this server wait until hangGate is closed
+	hangGate chan struct{}
+	prefers  []string // the prefer argument of each LeaseFrom
+	sizes    []int64  // the size of each lease that reached a counter
 
 	leases     atomic.Int64 // leases that moved a counter
 	nsReads    atomic.Int64
@@ -118,6 +120,24 @@ func (f *fakeBackend) hold() (release func()) {
 	}
 }
 
+// hang makes leases that prefer server wait, as on a server that takes requests and answers none,
+// until the returned release is called.
+func (f *fakeBackend) hang(server string) (release func()) {
+	g := make(chan struct{})
+	f.mu.Lock()
+	f.hangOn, f.hangGate = server, g
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.hangOn, f.hangGate = "", nil
+			f.mu.Unlock()
+			close(g)
+		})
+	}
+}
+
 // counters returns every server's counter of every namespace, to compare before and after.
 func (f *fakeBackend) counters() map[string]int64 {
 	f.mu.Lock()
@@ -143,6 +163,9 @@ func (f *fakeBackend) LeaseFrom(ctx context.Context, namespace string, size int6
 	}
 	f.mu.Lock()
 	gate := f.gate
+	if prefer != "" && prefer == f.hangOn {
+		gate = f.hangGate
+	}
 	f.prefers = append(f.prefers, prefer)
 	f.mu.Unlock()
 	if gate != nil {

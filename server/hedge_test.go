@@ -150,3 +150,51 @@ func TestCacheWhileATicketServerHangs(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheHedgesAroundAHungServer: on the fake pair, segment leases that prefer server a stop being
+// answered. Each is hedged to b after the hedge delay, so no request waits for a (the fetch timeout is
+// 30 s); when a answers at last, its segments are served after the others, and no ID comes twice.
+func TestCacheHedgesAroundAHungServer(t *testing.T) {
+	c, f := newCache(t, nil, allocator.Namespace{BlockSize: 10, MaxBlockSize: 1000},
+		CacheConfig{MinSegment: 1000, MaxSegment: 1000, HedgeDelay: 10 * time.Millisecond})
+	ctx := context.Background()
+	seen := map[int64]bool{}
+	take := func(n int) (longest time.Duration) {
+		t.Helper()
+		for range n {
+			begin := time.Now()
+			blk, _, err := c.lease(ctx, "orders", 10, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			longest = max(longest, time.Since(begin))
+			for i := range blk.Size {
+				id, _ := blk.ID(i)
+				if seen[id] {
+					t.Fatalf("ID %d twice", id)
+				}
+				seen[id] = true
+			}
+		}
+		return longest
+	}
+	take(300) // three segments, from a and b in turn
+	release := f.hang("a")
+	defer release()
+	if longest := take(2000); longest > 5*time.Second {
+		t.Fatalf("a request waited %s with a hedge delay of 10ms", longest)
+	}
+	sp := c.space("orders")
+	sent, won := sp.hedges()
+	if sent == 0 || won == 0 {
+		t.Fatalf("%d hedges sent, %d won: the hung server was not hedged around", sent, won)
+	}
+	before := f.leases.Load()
+	release() // the held leases answer: their segments are spares, served in turn
+	idle(t, c, "orders")
+	if f.leases.Load() == before {
+		t.Fatalf("no held lease answered")
+	}
+	take(int(f.leases.Load()) * 100) // every segment leased, spares included, and more
+	t.Logf("%d hedges sent, %d won; %d segments leased; %d IDs", sent, won, f.leases.Load(), len(seen))
+}
