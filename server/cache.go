@@ -50,8 +50,9 @@ type CacheConfig struct {
 	MaxAhead int
 	// HedgeDelay is how long a segment lease waits for its ticket server before a second lease goes to
 	// another healthy server (a hedge), when the backend can choose (PreferLeaser); the first segment to
-	// arrive is served first, the other next. Default: the 95th percentile of the latencies of recent
-	// segment leases, at least 20ms (250ms before the first); at most half of FetchTimeout.
+	// arrive is served first, the other next. The segments kept ahead cover the delay too. Default: the
+	// 95th percentile of the latencies of recent segment leases, at least 20ms (250ms before the
+	// first); at most half of FetchTimeout. Negative: never hedge.
 	HedgeDelay time.Duration
 }
 
@@ -79,7 +80,9 @@ func (c CacheConfig) withDefaults() CacheConfig {
 	if c.MaxAhead <= 0 {
 		c.MaxAhead = 8
 	}
-	c.HedgeDelay = min(max(c.HedgeDelay, 0), c.FetchTimeout/2)
+	if c.HedgeDelay > 0 {
+		c.HedgeDelay = min(c.HedgeDelay, c.FetchTimeout/2)
+	}
 	return c
 }
 
@@ -629,14 +632,10 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 // delay has passed without an answer, a second lease of the same size goes to another healthy server.
 func (sp *space) armHedgeLocked(call *fetchCall, reqID string) {
 	c := sp.c
-	if c.prefer == nil || call.prefer == "" {
+	if !c.hedging() || call.prefer == "" {
 		return
 	}
-	delay := c.cfg.HedgeDelay
-	if delay == 0 {
-		delay = sp.answers.Get(hedgeFloor, c.cfg.FetchTimeout/2, firstHedgeDelay)
-	}
-	call.stopHedge = time.AfterFunc(delay, func() {
+	call.stopHedge = time.AfterFunc(sp.hedgeDelayLocked(), func() {
 		sp.mu.Lock()
 		defer sp.mu.Unlock()
 		other := c.preferFor(call.prefer)
@@ -669,16 +668,34 @@ func (sp *space) noteLatencyLocked(took time.Duration) {
 // depthLocked is how many segments to keep ahead, cached and coming. One, while the segment size can
 // still grow or a segment outlasts a lease; when segments of the largest size are used up faster, as
 // many as are used up during a lease, from when the current one passes its threshold, up to MaxAhead.
+// A lease that can be hedged counts with the hedge delay, so that a hedged lease lands in time too.
 func (sp *space) depthLocked(st allocator.Namespace, size int64) int {
 	_, hi := sp.c.bounds(st)
 	life := time.Duration(float64(sp.lastLifetime) * (1 - sp.c.cfg.PrefetchAt))
-	if size < hi || !sp.retired || sp.latency <= life {
+	lease := sp.latency
+	if sp.c.hedging() {
+		lease += sp.hedgeDelayLocked()
+	}
+	if size < hi || !sp.retired || lease <= life {
 		return 1
 	}
 	if life <= 0 {
 		return sp.c.cfg.MaxAhead
 	}
-	return min(int(math.Ceil(float64(sp.latency)/float64(life))), sp.c.cfg.MaxAhead)
+	return min(int(math.Ceil(float64(lease)/float64(life))), sp.c.cfg.MaxAhead)
+}
+
+// hedging reports whether segment leases are hedged: the backend can choose a server, and HedgeDelay
+// is not negative.
+func (c *segmentCache) hedging() bool { return c.prefer != nil && c.cfg.HedgeDelay >= 0 }
+
+// hedgeDelayLocked is how long a segment lease waits for its server before it is hedged:
+// CacheConfig.HedgeDelay, or the 95th percentile of recent answers within bounds (see package hedge).
+func (sp *space) hedgeDelayLocked() time.Duration {
+	if d := sp.c.cfg.HedgeDelay; d > 0 {
+		return d
+	}
+	return sp.answers.Get(hedgeFloor, sp.c.cfg.FetchTimeout/2, firstHedgeDelay)
 }
 
 // backoff is the wait after n consecutive failed calls: doubling from 20ms to 1s, with jitter.

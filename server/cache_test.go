@@ -33,6 +33,11 @@ func newCache(t *testing.T, clk *fakeClock, ns allocator.Namespace, cfg CacheCon
 	if _, err := f.CreateNamespace(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
+	if cfg.HedgeDelay == 0 {
+		// These tests count leases and segments: a hedge, which a busy machine would send when a lease
+		// of the fake took over 20 ms, would add one. The hedge tests set their own delay.
+		cfg.HedgeDelay = -1
+	}
 	c := newSegmentCache(cfg, f, NewMetrics(), quiet, now)
 	t.Cleanup(c.close)
 	return c, f
