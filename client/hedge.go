@@ -16,8 +16,9 @@ const (
 	// hedgeFloor is the least derived delay: an answer later than usual by less is the scheduler's or
 	// the network's noise, and a hedge would only double the load.
 	hedgeFloor = 20 * time.Millisecond
-	// firstHedgeDelay is the delay until a first request has been answered (the first also dials).
-	firstHedgeDelay = 250 * time.Millisecond
+	// firstHedgeDelay is the delay until a first request has been answered: the first also dials, and
+	// may meet a server that has just started.
+	firstHedgeDelay = time.Second
 )
 
 // refill is one lease in flight: its first request and, once the hedge delay has passed, maybe a hedge.

@@ -57,7 +57,7 @@ func (s *hangingServer) answer() {
 }
 
 // TestHedgeDelay: the delay is WithHedgeDelay, or the 95th percentile of the answers used (see package
-// hedge), at least 20ms and at most half the request timeout, 250ms before the first answer.
+// hedge), at least 20ms and at most half the request timeout, 1s before the first answer.
 func TestHedgeDelay(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	for _, tc := range []struct {
@@ -68,7 +68,7 @@ func TestHedgeDelay(t *testing.T) {
 		want    time.Duration
 	}{
 		{name: "before any answer", want: firstHedgeDelay},
-		{name: "before any answer, short timeout", timeout: ms(100), want: ms(50)},
+		{name: "before any answer, short timeout", timeout: ms(1000), want: ms(500)},
 		{name: "the 95th percentile", samples: []time.Duration{ms(40), ms(30), ms(50)}, want: ms(50)},
 		{name: "floor", samples: []time.Duration{ms(1), ms(2), ms(3)}, want: hedgeFloor},
 		{name: "half the request timeout at most", timeout: ms(200), samples: []time.Duration{ms(150)}, want: ms(100)},

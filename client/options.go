@@ -97,7 +97,7 @@ func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n 
 
 // WithHedgeDelay fixes how long a refill waits for an answer before the client sends a second lease for
 // it to another URL (a hedge); the first block to arrive is used. Default: derived from the latencies of
-// recent requests, their 95th percentile, at least 20ms (250ms until a first request has been
+// recent requests, their 95th percentile, at least 20ms (1s until a first request has been
 // answered). Clamped to [1ms, half of WithRequestTimeout]. The low-water mark covers the delay: the
 // cache holds enough IDs for it at the observed rate. Only an HTTP source of two or more URLs hedges;
 // with one URL a refill past the delay is only counted (Stats.SlowRefills).
