@@ -159,6 +159,7 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 		order = append(append(order[:i:i], order[i+1:]...), first) // the first request's URL last
 	}
 	var errs []error
+	var exhausted error
 	for _, ep := range order {
 		if r.settled.Load() {
 			return allocator.Block{}, errSettled
@@ -180,11 +181,20 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 		if ctx.Err() != nil {
 			return allocator.Block{}, err
 		}
+		if errors.Is(err, allocator.ErrExhausted) {
+			// No ID is left below the namespace's ceiling, but another ticketd's segments may still
+			// hold the last ones: ask the other URLs before giving up.
+			exhausted = err
+			continue
+		}
 		if !retryable(err) {
 			return allocator.Block{}, err
 		}
 		ep.down(h.clock.Now(), err, h.wait(ep))
 		errs = append(errs, err)
+	}
+	if exhausted != nil {
+		return allocator.Block{}, exhausted
 	}
 	return allocator.Block{}, fmt.Errorf("%w: every ticketd URL failed: %w", allocator.ErrUnavailable, errors.Join(errs...))
 }
