@@ -109,9 +109,13 @@ type Figures struct {
 	// ServedWhileDegraded is the share of Next calls made while a fault was active that returned an ID.
 	ServedWhileDegraded float64 `json:"served_while_degraded"`
 	// LongestStallMS is the longest a Next call took, and LongestStallDuring the fault that was active
-	// when it began ("between faults" when none was).
+	// when it began ("between faults" when none was), over every call but those that began during an
+	// outage (see FaultResult.Outage): while a server could issue, no caller should wait for long.
 	LongestStallMS     float64 `json:"longest_stall_ms"`
 	LongestStallDuring string  `json:"longest_stall_during"`
+	// LongestOutageStallMS is the longest Next call that began during an outage: it lasts about as long
+	// as the outage, whose end callers can only wait for.
+	LongestOutageStallMS float64 `json:"longest_outage_stall_ms"`
 	// Blocks is how many blocks the ticket servers issued to the replicas.
 	Blocks int64 `json:"blocks"`
 	// NextErrors counts Next calls that returned an error; FailedAttempts the lease attempts on a ticket
@@ -135,6 +139,7 @@ func (f *Figures) add(o Figures) {
 	if o.LongestStallMS > f.LongestStallMS || f.LongestStallMS == 0 && f.LongestStallDuring == "" {
 		f.LongestStallMS, f.LongestStallDuring = o.LongestStallMS, o.LongestStallDuring
 	}
+	f.LongestOutageStallMS = max(f.LongestOutageStallMS, o.LongestOutageStallMS)
 	f.Blocks += o.Blocks
 	f.NextErrors += o.NextErrors
 	f.LostInFlightIDs += o.LostInFlightIDs
@@ -176,6 +181,9 @@ type FaultResult struct {
 	// Expect is what the fault must do (ExpectFenced, ExpectRefused, ExpectStart); empty when the
 	// replicas only have to ride it out.
 	Expect string `json:"expect,omitempty"`
+	// Outage is whether the fault takes every server out by design while it lasts (a setting that
+	// could make them issue duplicates, on all of them): no ID may be issued until it is reverted.
+	Outage bool `json:"outage,omitempty"`
 	// FencedOrRefused is whether a server was seen fenced or refused while the fault lasted.
 	FencedOrRefused bool `json:"fenced_or_refused"`
 	// LongestStallMS is the longest Next call that began while the fault was being applied or active.

@@ -9,6 +9,34 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 )
 
+// stalls sets f's longest stalls from the clients' longest calls: the longest over every call that did
+// not begin during an outage, with the fault it began in, and the longest that did; and each fault's own.
+func stalls(f *Figures, clients []*drawer, faults []FaultResult) {
+	var longest, outage time.Duration
+	f.LongestStallDuring = "between faults"
+	for _, d := range clients {
+		if d.longestBetween > longest {
+			longest, f.LongestStallDuring = d.longestBetween, "between faults"
+		}
+		for stage, took := range d.longestIn {
+			for k := range faults {
+				if faults[k].Name != *stage {
+					continue
+				}
+				faults[k].LongestStallMS = max(faults[k].LongestStallMS, float64(took.Microseconds())/1000)
+				switch {
+				case faults[k].Outage:
+					outage = max(outage, took)
+				case took > longest:
+					longest, f.LongestStallDuring = took, *stage
+				}
+			}
+		}
+	}
+	f.LongestStallMS = float64(longest.Microseconds()) / 1000
+	f.LongestOutageStallMS = float64(outage.Microseconds()) / 1000
+}
+
 // summarize checks every ID the world's clients drew and every block its servers issued, and returns
 // the world's figures and fault results.
 func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
@@ -23,31 +51,14 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 
 	var f Figures
 	var all []int64
-	var longest time.Duration
-	f.LongestStallDuring = "between faults"
 	for _, d := range clients {
 		all = append(all, d.ids...)
 		f.degradedCalls += d.degradedCalls
 		f.degradedOK += d.degradeOK
 		f.NextErrors += d.errors
-		for stage, took := range d.longestIn {
-			for k := range faults {
-				if faults[k].Name == *stage {
-					faults[k].LongestStallMS = max(faults[k].LongestStallMS, float64(took.Microseconds())/1000)
-				}
-			}
-		}
-		if d.longest > longest {
-			longest = d.longest
-			if d.longestDuring != nil {
-				f.LongestStallDuring = *d.longestDuring
-			} else {
-				f.LongestStallDuring = "between faults"
-			}
-		}
 	}
+	stalls(&f, clients, faults)
 	f.IDs = int64(len(all))
-	f.LongestStallMS = float64(longest.Microseconds()) / 1000
 	f.ServedWhileDegraded = 1
 	if f.degradedCalls > 0 {
 		f.ServedWhileDegraded = float64(f.degradedOK) / float64(f.degradedCalls)

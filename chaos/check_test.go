@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/testservers"
@@ -98,7 +99,7 @@ func TestSummaryJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"ids", "duplicates", "parity_violations", "start_violations", "served_while_degraded", "longest_stall_ms",
+	for _, k := range []string{"ids", "duplicates", "parity_violations", "start_violations", "served_while_degraded", "longest_stall_ms", "longest_outage_stall_ms",
 		"blocks", "next_errors", "lost_in_flight_ids", "failed_attempts", "failovers", "faults", "backends", "duration_s"} {
 		if _, ok := got[k]; !ok {
 			t.Errorf("no %q in %s", k, b)
@@ -283,5 +284,31 @@ func TestGaleraLayout(t *testing.T) {
 	}
 	if got := g.outsideBlocks([]int64{1, 3, 4, 5, 7, 8, 9, 13}, blocks[:2]); got != 3 { // 4, 8, 13
 		t.Errorf("IDs outside the blocks %d, want 3", got)
+	}
+}
+
+// TestStallsLeaveOutagesApart: the longest stall is the longest call outside an outage, named by the
+// fault it began in; calls during an outage (every server out by design) are reported on their own.
+func TestStallsLeaveOutagesApart(t *testing.T) {
+	kill, settings := "server a SIGKILLed", "increment changed on both servers"
+	faults := []FaultResult{{Name: kill}, {Name: settings, Outage: true}}
+	clients := []*drawer{
+		{longestBetween: 20 * time.Millisecond, longestIn: map[*string]time.Duration{&kill: 150 * time.Millisecond}},
+		{longestBetween: 40 * time.Millisecond, longestIn: map[*string]time.Duration{&settings: 8 * time.Second}},
+	}
+	var f Figures
+	stalls(&f, clients, faults)
+	if f.LongestStallMS != 150 || f.LongestStallDuring != kill || f.LongestOutageStallMS != 8000 {
+		t.Fatalf("longest %v ms during %q, outage %v ms; want 150 during %q, outage 8000", f.LongestStallMS, f.LongestStallDuring, f.LongestOutageStallMS, kill)
+	}
+	if faults[0].LongestStallMS != 150 || faults[1].LongestStallMS != 8000 {
+		t.Fatalf("per fault: %+v", faults)
+	}
+
+	// With no fault stalling more than the calls between faults, the longest is between faults.
+	f = Figures{}
+	stalls(&f, clients[1:], faults)
+	if f.LongestStallMS != 40 || f.LongestStallDuring != "between faults" {
+		t.Fatalf("longest %v ms during %q; want 40 between faults", f.LongestStallMS, f.LongestStallDuring)
 	}
 }

@@ -249,6 +249,7 @@ func (m *mysqlServers) incrementChanged(w *world) fault {
 		return errors.Join(errs...)
 	}
 	return fault{name: "auto_increment_increment set to 4 on both running servers, replica 2's connections to server a cut", expect: ExpectRefused,
+		outage: true, // both servers are refused until the setting is restored: no ID may be issued
 		apply: func(ctx context.Context, _ *FaultResult) error {
 			if err := set(ctx, 4); err != nil {
 				return err

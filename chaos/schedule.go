@@ -19,6 +19,7 @@ type fault struct {
 	at, until float64
 	name      string
 	expect    string // see FaultResult.Expect
+	outage    bool   // see FaultResult.Outage
 	apply     func(ctx context.Context, res *FaultResult) error
 	revert    func(ctx context.Context, res *FaultResult) error
 }
@@ -113,7 +114,7 @@ func (w *world) schedule(ctx context.Context) []FaultResult {
 	results := make([]FaultResult, len(fs))
 	var events []event
 	for i, f := range fs {
-		results[i] = FaultResult{Backend: w.backend, Name: f.name, Expect: f.expect}
+		results[i] = FaultResult{Backend: w.backend, Name: f.name, Expect: f.expect, Outage: f.outage}
 		events = append(events, event{at: time.Duration(f.at * float64(w.cfg.Duration)), i: i},
 			event{at: time.Duration(f.until * float64(w.cfg.Duration)), i: i, revert: true})
 	}

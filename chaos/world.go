@@ -361,8 +361,7 @@ type drawer struct {
 	ids                      []int64
 	degradedCalls, degradeOK int64
 	errors                   int64
-	longest                  time.Duration
-	longestDuring            *string                   // the fault active when the longest call began; nil: none
+	longestBetween           time.Duration             // the longest call that began between faults
 	longestIn                map[*string]time.Duration // the longest call that began while each fault was active
 }
 
@@ -399,8 +398,8 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 				return // the run ended during the call: neither a success nor a failure
 			}
 			if made > 1 { // the first call waits for the client's first block: start-up
-				if took > d.longest {
-					d.longest, d.longestDuring = took, stage
+				if stage == nil && took > d.longestBetween {
+					d.longestBetween = took
 				}
 				if stage != nil && took > d.longestIn[stage] {
 					if d.longestIn == nil {
