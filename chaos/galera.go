@@ -8,8 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/ticketd/ticketd/allocator"
 	tmysql "github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/internal/testservers"
@@ -78,18 +76,8 @@ func (g *galeraServers) addrs() []string {
 // the cluster evicts it (evs.suspect_timeout, 3 s on the cluster the run starts): one attempt outlasts
 // that, as README's settings for Galera say.
 func (g *galeraServers) open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error) {
-	var dsns, names []string
-	for _, e := range ends {
-		mc, err := mysql.ParseDSN(g.dsns[e.index])
-		if err != nil {
-			return nil, err
-		}
-		mc.Addr = e.addr
-		dsns, names = append(dsns, mc.FormatDSN()), append(names, label(e.index))
-	}
-	return tmysql.Open(ctx, tmysql.Config{DSNs: dsns, Names: names,
-		AttemptTimeout: 5 * time.Second, Timeout: 12 * time.Second, MaxBackoff: time.Second,
-		Logger: log, Observer: obs})
+	return openMySQL(ctx, g.dsns, ends, tmysql.Config{AttemptTimeout: 5 * time.Second, Timeout: 12 * time.Second,
+		MaxBackoff: time.Second, Logger: log, Observer: obs})
 }
 
 func (g *galeraServers) kill(i int) error                         { return g.nodes[i].Kill() }

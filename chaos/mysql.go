@@ -105,18 +105,22 @@ func (m *mysqlServers) addrs() []string {
 }
 
 func (m *mysqlServers) open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error) {
-	var dsns, names []string
+	return openMySQL(ctx, m.dsns, ends, tmysql.Config{AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second,
+		MaxBackoff: time.Second, Logger: log, Observer: obs})
+}
+
+// openMySQL opens the servers of dsns, each reached at its endpoint's address (a proxy's) and named by
+// its label, with cfg's timeouts.
+func openMySQL(ctx context.Context, dsns []string, ends []endpoint, cfg tmysql.Config) (leaser, error) {
 	for _, e := range ends {
-		mc, err := mysql.ParseDSN(m.dsns[e.index])
+		mc, err := mysql.ParseDSN(dsns[e.index])
 		if err != nil {
 			return nil, err
 		}
 		mc.Addr = e.addr
-		dsns, names = append(dsns, mc.FormatDSN()), append(names, label(e.index))
+		cfg.DSNs, cfg.Names = append(cfg.DSNs, mc.FormatDSN()), append(cfg.Names, label(e.index))
 	}
-	return tmysql.Open(ctx, tmysql.Config{DSNs: dsns, Names: names,
-		AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second, MaxBackoff: time.Second,
-		Logger: log, Observer: obs})
+	return tmysql.Open(ctx, cfg)
 }
 
 // kill and restart server i (0 = a, 1 = b).
