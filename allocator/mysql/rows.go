@@ -44,13 +44,15 @@ func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
 	return s.queryRows(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset")
 }
 
-// ownRows reads the rows of the server of the given offset: the ones it leases from. On a Galera node
-// (galera) the read first waits until the node has committed every write the cluster ordered before it
-// (wsrep_sync_wait): the cluster orders a lease before the node that took it commits it, so a peer can
-// apply it first, and a peer's copy read just before would otherwise be ahead of the row read here.
-func (s *server) ownRows(ctx context.Context, offset int64, galera bool) ([]rowSettings, error) {
+// ownRows reads the rows of the server of the given offset: the ones it leases from. With causal (on
+// a Galera node) the read first waits until the node has committed every write the cluster ordered
+// before it (wsrep_sync_wait): the cluster orders a lease before the node that took it commits it, so
+// a peer can apply it first, and a peer's copy read just before can be ahead of the row read without
+// the wait. The wait also lasts while the cluster's writes do (a node dying, not yet evicted), so it is
+// only taken to confirm what would fence the node.
+func (s *server) ownRows(ctx context.Context, offset int64, causal bool) ([]rowSettings, error) {
 	query := "SELECT " + rowColumns + " FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name"
-	if galera {
+	if causal {
 		query = "SET STATEMENT wsrep_sync_wait = 1 FOR " + query
 	}
 	return s.queryRows(ctx, query, offset)

@@ -152,13 +152,33 @@ func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) err
 }
 
 // checkFence compares s's counters (made for the settings v) with marks, read before them. A counter
-// below a mark, or a row missing although a mark says the server issued from it, fences s.
+// below a mark, or a row missing although a mark says the server issued from it, fences s. On a Galera
+// node a peer's copy can be ahead of the node's own row for a moment (see ownRows): what would fence
+// it is read again, after the node has caught up, and only what still holds fences it.
 func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]multi.Mark) error {
-	rows, err := s.ownRows(ctx, v.offset, v.galera)
+	rows, err := s.ownRows(ctx, v.offset, false)
 	if err != nil {
 		return err
 	}
-	var fenced, details []string
+	fenced, details := belowMarks(rows, marks)
+	if len(fenced) > 0 && v.galera {
+		if rows, err = s.ownRows(ctx, v.offset, true); err != nil {
+			return err
+		}
+		fenced, details = belowMarks(rows, marks)
+	}
+	if len(fenced) == 0 {
+		s.mu.Lock()
+		s.fenced, s.fenceWhy = nil, ""
+		s.mu.Unlock()
+		return nil
+	}
+	return p.fence(s, fenced, details)
+}
+
+// belowMarks names the namespaces whose row is below its mark, or missing although a mark says the
+// server issued from it, and says why for each.
+func belowMarks(rows []rowSettings, marks map[string]multi.Mark) (fenced, details []string) {
 	have := map[string]bool{}
 	for _, r := range rows {
 		have[r.ns.Name] = true
@@ -173,13 +193,7 @@ func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks ma
 			details = append(details, fmt.Sprintf("namespace %q has no row but %s saw its counter at %d", ns, w.Holder, w.Value))
 		}
 	}
-	if len(fenced) == 0 {
-		s.mu.Lock()
-		s.fenced, s.fenceWhy = nil, ""
-		s.mu.Unlock()
-		return nil
-	}
-	return p.fence(s, fenced, details)
+	return fenced, details
 }
 
 // fence records that s went back in time for the namespaces named, logs it, has this process's marks
