@@ -23,7 +23,7 @@ import (
 type mysqlEnv struct {
 	dsns    []string // with the database
 	dbs     []*sql.DB
-	pair    *mysql.Pair
+	pair    *mysql.Store
 	version string
 	drop    string // the database created for the run, dropped by Close
 	quiet   *slog.Logger
@@ -126,7 +126,7 @@ func execOn(ctx context.Context, dsn string, stmts ...string) error {
 const maxConns = 128
 
 // openPair opens a backend on the given servers of the run's database (one server or both).
-func (e *mysqlEnv) openPair(ctx context.Context, dsns []string) (*mysql.Pair, error) {
+func (e *mysqlEnv) openPair(ctx context.Context, dsns []string) (*mysql.Store, error) {
 	// The pair may take as long as a load case's request (opTimeout) before it gives up: a slow lease on
 	// a busy machine is a latency to measure, not an error.
 	return mysql.Open(ctx, mysql.Config{DSNs: dsns, Logger: e.quiet, MaxConns: maxConns, Timeout: opTimeout, AttemptTimeout: opTimeout / 2})

@@ -50,7 +50,7 @@ type endpoint struct {
 }
 
 // leaser is what a replica needs of a backend: leases, also from a chosen server, namespaces, health and
-// the servers' names in configuration order. *mysql.Pair and *redis.Store are leasers.
+// the servers' names in configuration order. *mysql.Store and *redis.Store are leasers.
 type leaser interface {
 	allocator.Backend
 	allocator.HealthReporter

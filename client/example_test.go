@@ -36,7 +36,7 @@ func tempStore(ns allocator.Namespace) (*embedded.Store, func()) {
 }
 
 // An in-process client on the embedded store: no server, no network. With the MySQL pair, pass the
-// *mysql.Pair that mysql.Open returns instead.
+// *mysql.Store that mysql.Open returns instead.
 func Example() {
 	store, remove := tempStore(allocator.Namespace{Name: "orders", Start: 1000})
 	defer remove()

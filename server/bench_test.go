@@ -92,7 +92,7 @@ func BenchmarkServe(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	open := func() (*mysql.Pair, *Metrics) {
+	open := func() (*mysql.Store, *Metrics) {
 		m := NewMetrics()
 		p, err := mysql.Open(context.Background(), mysql.Config{DSNs: dsns, Logger: quiet, Observer: m, MaxConns: 64})
 		if err != nil {
@@ -106,7 +106,7 @@ func BenchmarkServe(b *testing.B) {
 		b.Fatal(err)
 	}
 	auth := Auth{Tokens: []NamespaceToken{{Namespace: "bench", Token: ordersTok}}}
-	newServer := func(p *mysql.Pair, m *Metrics, cache CacheConfig) string {
+	newServer := func(p *mysql.Store, m *Metrics, cache CacheConfig) string {
 		s, err := New(Config{Backend: p, Auth: auth, Cache: cache, Logger: quiet, Metrics: m})
 		if err != nil {
 			b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/ticketd/ticketd/internal/hedge"
 )
 
-// PreferLeaser is implemented by backends that can lease from a chosen ticket server (*mysql.Pair does).
+// PreferLeaser is implemented by backends that can lease from a chosen ticket server (*mysql.Store does).
 // The cache uses it to take the next segment from the other ticket server while that one is healthy,
 // so both servers keep being exercised and a dead one is noticed before the cache runs dry.
 type PreferLeaser interface {

@@ -22,7 +22,7 @@ import (
 // proxiedPair opens the harness's MariaDB pair (a fresh database) with the production defaults (2 s
 // per attempt, 5 s per lease), each server reached through a toxiproxy of its own, and creates
 // namespace ns. hang(i) makes server i's proxy take connections and requests and answer nothing.
-func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Pair, hang func(i int)) {
+func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Store, hang func(i int)) {
 	t.Helper()
 	dsns := testenv.Pair(t)
 	toxi := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())

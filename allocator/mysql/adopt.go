@@ -28,7 +28,7 @@ type FlickrTable struct {
 
 // FlickrTables reads a per-ID ticket table on every server; every server must answer, since the
 // tickets of one that does not are unknown.
-func (p *Pair) FlickrTables(ctx context.Context, table string) ([]FlickrTable, error) {
+func (p *Store) FlickrTables(ctx context.Context, table string) ([]FlickrTable, error) {
 	if !tableName.MatchString(table) {
 		return nil, fmt.Errorf("table name %q must match %s", table, tableName)
 	}

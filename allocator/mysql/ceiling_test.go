@@ -35,7 +35,7 @@ func TestMaxIDMigrateInPlace(t *testing.T) {
 	if got := counterOf(t, dsns[0], "orders"); got != 5001 {
 		t.Fatalf("counter %d after the migration, want 5001", got)
 	}
-	p := openPair(t, dsns[:1], nil)
+	p := openStore(t, dsns[:1], nil)
 	ns, err := p.Namespace(ctx, "orders")
 	if err != nil || ns.MaxID != allocator.DefaultMaxID {
 		t.Fatalf("namespace after the migration: %+v, %v", ns, err)

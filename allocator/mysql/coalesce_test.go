@@ -17,7 +17,7 @@ import (
 func TestConcurrentLeasesShareUpdates(t *testing.T) {
 	dsns := testenv.Pair(t)
 	ctx := context.Background()
-	p := openPair(t, dsns[:1], func(c *Config) { c.MaxConns = 1 })
+	p := openStore(t, dsns[:1], func(c *Config) { c.MaxConns = 1 })
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "grouped"}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCeilingInsideAGroup(t *testing.T) {
 		{name: "end of BIGINT", start: math.MaxInt64 - 2000, last: math.MaxInt64 - 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := openPair(t, testenv.FreshDatabases(t, dsns[:1]), func(c *Config) { c.MaxConns = 1 })
+			p := openStore(t, testenv.FreshDatabases(t, dsns[:1]), func(c *Config) { c.MaxConns = 1 })
 			if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "edge", Start: tc.start - 2, MaxID: tc.maxID}); err != nil {
 				t.Fatal(err)
 			}

@@ -168,7 +168,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 	return d, nil
 }
 
-func (p *Pair) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
+func (p *Store) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
 	sd := ServerDiagnosis{Name: s.Name()}
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()

@@ -23,7 +23,7 @@ func TestMisconfigurationsAreRefused(t *testing.T) {
 	for _, m := range pair {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
 	}
-	p := openPair(t, dsns, nil)
+	p := openStore(t, dsns, nil)
 	if _, err := p.CreateNamespace(context.Background(), allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestMisconfigurationsAreRefused(t *testing.T) {
 		}
 	})
 	// And after every reset the pair opens again.
-	p2 := openPair(t, dsns, nil)
+	p2 := openStore(t, dsns, nil)
 	if _, err := p2.Lease(context.Background(), "orders", 10); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestSyncBinlogRefusedWhenBinlogOn(t *testing.T) {
 		t.Fatalf("Open: %v, want a refusal that says to set sync_binlog=1", err)
 	}
 	testenv.Exec(t, m.DSN(""), "SET GLOBAL sync_binlog = 1")
-	p := openPair(t, []string{m.DSN("ticketd")}, nil)
+	p := openStore(t, []string{m.DSN("ticketd")}, nil)
 	p.Close()
 }
 
@@ -148,7 +148,7 @@ func TestServerDiesMidRun(t *testing.T) {
 	for _, m := range pair {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
 	}
-	p := openPair(t, []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, nil)
+	p := openStore(t, []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, nil)
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestBothDownIsUnavailableWithinTimeout(t *testing.T) {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
 	}
 	const timeout = 1500 * time.Millisecond
-	p := openPair(t, []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, func(c *Config) {
+	p := openStore(t, []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}, func(c *Config) {
 		c.Timeout, c.AttemptTimeout = timeout, 500*time.Millisecond
 	})
 	ctx := context.Background()
@@ -197,12 +197,12 @@ func TestStartWithOneServerDown(t *testing.T) {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
 	}
 	dsns := []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}
-	p := openPair(t, dsns, nil)
+	p := openStore(t, dsns, nil)
 	p.Close()
 	if err := pair[1].Stop(); err != nil {
 		t.Fatal(err)
 	}
-	p = openPair(t, dsns, nil)
+	p = openStore(t, dsns, nil)
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "late"}); err != nil {
 		t.Fatal(err)

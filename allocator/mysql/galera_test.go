@@ -64,8 +64,8 @@ func (g *galera) waitSize(t *testing.T, n int) {
 	})
 }
 
-func (g *galera) open(t *testing.T) *Pair {
-	return openPair(t, g.dsns, func(c *Config) {
+func (g *galera) open(t *testing.T) *Store {
+	return openStore(t, g.dsns, func(c *Config) {
 		c.WatermarkInterval, c.AttemptTimeout, c.Timeout = 100*time.Millisecond, 5*time.Second, 15*time.Second
 	})
 }
@@ -322,7 +322,7 @@ func TestGalera(t *testing.T) {
 		// A new process that never leased from c, with no water mark for c anywhere: the copies of c's
 		// rows on the other nodes alone fence it.
 		testenv.Exec(t, g.nodes[0].DSN("ticketd"), "DELETE FROM ticketd_watermarks WHERE peer_offset = 3")
-		p2 := openPair(t, g.dsns, func(c *Config) { c.WatermarkInterval = time.Hour })
+		p2 := openStore(t, g.dsns, func(c *Config) { c.WatermarkInterval = time.Hour })
 		if h := allocatortest.FencedHealth(t, p2, names[2]); !strings.Contains(h.Error, "copy on") {
 			t.Fatalf("fenced, but not by its rows' copies on the other nodes: %s", h.Error)
 		}
@@ -367,7 +367,7 @@ func TestRowsPerOffsetMigrateInPlace(t *testing.T) {
 	if got := counterOf(t, dsns[0], "orders"); got != 5001 {
 		t.Fatalf("counter %d after the migration, want 5001", got)
 	}
-	p := openPair(t, dsns[:1], nil)
+	p := openStore(t, dsns[:1], nil)
 	b, err := p.Lease(ctx, "orders", 10)
 	if err != nil || b.Start != 5001 {
 		t.Fatalf("lease after the migration: %v, %v", b, err)

@@ -8,7 +8,7 @@ import (
 	"math"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // errNotChecked means a lease reached a server whose checks have not passed yet.
@@ -63,7 +63,7 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 		largest = max(largest, n)
 	}
 	step, offset := v.increment, v.offset
-	first, ok := multi.FirstAtLeast(ns.Start, step, offset)
+	first, ok := failover.FirstAtLeast(ns.Start, step, offset)
 	if !ok {
 		return nil, fmt.Errorf("%w: namespace %q starts at %d, which leaves no ID for %s (offset %d of %d)",
 			allocator.ErrExhausted, ns.Name, ns.Start, s.Name(), offset, step)
@@ -106,7 +106,7 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 
 // leaseLast takes the IDs left below the ceiling on a server whose row was read as r, fewer than
 // total: the result is nil when the counter moved since, and ErrExhausted when none is left.
-func (s *server) leaseLast(ctx context.Context, v *serverVars, ns allocator.Namespace, r rowSettings, floor multi.Mark, first, total, largest int64) (int64, sql.Result, error) {
+func (s *server) leaseLast(ctx context.Context, v *serverVars, ns allocator.Namespace, r rowSettings, floor failover.Mark, first, total, largest int64) (int64, sql.Result, error) {
 	step := v.increment
 	base := max(r.next, first)
 	ceiling := min(r.ns.MaxID, math.MaxInt64-step) // the counter, one step past the last ID, stays an int64
@@ -153,7 +153,7 @@ func (s *server) cut(ns allocator.Namespace, end, step, taken int64, sizes []int
 // whyNoLease explains an UPDATE that matched no row: the row is gone or was changed behind ticketd
 // (the server is not the one that was checked), its counter went below the floor (restored or
 // rolled back: the server is fenced), or the request does not fit (size, or the end of the ID space).
-func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Namespace, floor multi.Mark, first, largest, total int64) error {
+func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Namespace, floor failover.Mark, first, largest, total int64) error {
 	r, err := s.readRow(ctx, ns.Name, v.offset)
 	switch {
 	case errors.Is(err, errRowMissing) && floor.Value > 0:

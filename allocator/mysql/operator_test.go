@@ -42,7 +42,7 @@ func newFleet(t *testing.T, tweak func(*Config)) *fleet {
 	}}
 }
 
-func (f *fleet) Open(t *testing.T) allocator.Backend { return openPair(t, f.dsns, f.tweak) }
+func (f *fleet) Open(t *testing.T) allocator.Backend { return openStore(t, f.dsns, f.tweak) }
 
 func (f *fleet) Name(i int) string { return ServerName(f.dsns[i]) }
 

@@ -36,7 +36,7 @@ func counterOf(t *testing.T, dsn, ns string) int64 {
 // the queued lease does not run on B, now refused: it is served by A.
 func TestIncrementChangedUnderALease(t *testing.T) {
 	f := newFleet(t, nil)
-	p := openPair(t, f.dsns, func(c *Config) { c.AttemptTimeout, c.Timeout = 30*time.Second, 60*time.Second })
+	p := openStore(t, f.dsns, func(c *Config) { c.AttemptTimeout, c.Timeout = 30*time.Second, 60*time.Second })
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10}); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestIncrementChangedUnderALease(t *testing.T) {
 func TestDyingPeerDoesNotTakeTheOtherDown(t *testing.T) {
 	f := newFleet(t, nil)
 	// No background probe: nothing else notices B's death before A is checked.
-	p := openPair(t, f.dsns, func(c *Config) { c.ProbeInterval = time.Hour })
+	p := openStore(t, f.dsns, func(c *Config) { c.ProbeInterval = time.Hour })
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
@@ -148,16 +148,16 @@ func TestDyingPeerDoesNotTakeTheOtherDown(t *testing.T) {
 	}
 }
 
-// TestChecksGoByThePairsClock: whether a server is checked again goes by the Pair's clock, not the
+// TestChecksGoByTheStoresClock: whether a server is checked again goes by the Store's clock, not the
 // wall's: a check is stamped with the clock's time when it starts, a check asked for before that time
 // shares it, and one asked for once the clock has moved on runs again and sees what changed.
-func TestChecksGoByThePairsClock(t *testing.T) {
+func TestChecksGoByTheStoresClock(t *testing.T) {
 	f := newFleet(t, nil)
 	start := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC) // far from the wall clock
 	var micros atomic.Int64
 	micros.Store(start.UnixMicro())
 	// No background probe or guard: only the checks the test asks for run.
-	p := openPair(t, f.dsns, func(c *Config) {
+	p := openStore(t, f.dsns, func(c *Config) {
 		c.ProbeInterval, c.WatermarkInterval = time.Hour, time.Hour
 		c.now = func() time.Time { return time.UnixMicro(micros.Load()).UTC() }
 	})
@@ -170,7 +170,7 @@ func TestChecksGoByThePairsClock(t *testing.T) {
 	at := sA.verifiedAt
 	sA.verifyMu.Unlock()
 	if !at.Equal(start) {
-		t.Fatalf("A's last check started at %v; want the Pair's clock, %v", at, start)
+		t.Fatalf("A's last check started at %v; want the Store's clock, %v", at, start)
 	}
 	for _, m := range f.pair {
 		testenv.Exec(t, m.DSN(""), "SET GLOBAL auto_increment_increment = 4") // only a check that runs sees it
@@ -180,7 +180,7 @@ func TestChecksGoByThePairsClock(t *testing.T) {
 	}
 	micros.Add(time.Minute.Microseconds())
 	if err := sA.admit(ctx); !errors.Is(err, allocator.ErrMisconfigured) {
-		t.Fatalf("admitting A a minute later on the Pair's clock: %v; want a check that refuses the increment", err)
+		t.Fatalf("admitting A a minute later on the Store's clock: %v; want a check that refuses the increment", err)
 	}
 }
 
@@ -188,7 +188,7 @@ func TestChecksGoByThePairsClock(t *testing.T) {
 // The restored-backup guard cannot hold marks there, so B is refused, visibly, and A serves.
 func TestPeerWithoutWaterMarksIsRefused(t *testing.T) {
 	f := newFleet(t, nil)
-	p := openPair(t, f.dsns, nil)
+	p := openStore(t, f.dsns, nil)
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestPeerWithoutWaterMarksIsRefused(t *testing.T) {
 // a forced repair says how far it moved the counter and why.
 func TestRepairRefusesAHealthyServer(t *testing.T) {
 	f := newFleet(t, func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond })
-	p := openPair(t, f.dsns, f.tweak)
+	p := openStore(t, f.dsns, f.tweak)
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders", MaxBlockSize: 1000}); err != nil {
 		t.Fatal(err)
@@ -253,13 +253,13 @@ func TestRepairRefusesAHealthyServer(t *testing.T) {
 func TestRollbackWithinTheMarkInterval(t *testing.T) {
 	f := newFleet(t, nil)
 	ctx := context.Background()
-	p1 := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval, c.Migrate = time.Hour, false })
+	p1 := openStore(t, f.dsns, func(c *Config) { c.WatermarkInterval, c.Migrate = time.Hour, false })
 	if _, err := p1.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
 	}
 	nameB := p1.Servers()[1]
 	var blocks []allocator.Block
-	lease := func(p *Pair) (allocator.Block, error) {
+	lease := func(p *Store) (allocator.Block, error) {
 		b, err := p.LeaseFrom(ctx, "orders", 10, nameB)
 		if err == nil {
 			blocks = append(blocks, b)
@@ -281,7 +281,7 @@ func TestRollbackWithinTheMarkInterval(t *testing.T) {
 	if err := restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p2 := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval, c.Migrate = 50*time.Millisecond, false })
+	p2 := openStore(t, f.dsns, func(c *Config) { c.WatermarkInterval, c.Migrate = 50*time.Millisecond, false })
 	if h := healthOf(p2, nameB); !h.Healthy {
 		t.Fatalf("within the interval the new process cannot see the rollback, yet B is %+v", h)
 	}
@@ -303,7 +303,7 @@ func TestRollbackWithinTheMarkInterval(t *testing.T) {
 // set back, B serves again.
 func TestSettingChangedOnARunningServer(t *testing.T) {
 	f := newFleet(t, nil)
-	p := openPair(t, f.dsns, func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond })
+	p := openStore(t, f.dsns, func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond })
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // rowSettings is one namespace row: the counter of one server (the one of offset) for one namespace,
@@ -100,7 +100,7 @@ func (s *server) ReadRecords(ctx context.Context) ([]rowSettings, error) { retur
 // insertRow creates the namespace's row for the settings v unless it exists; ok reports whether it was
 // created. The counter starts at the first ID of v's residue at or above both ns.Start and from.
 func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Namespace, from, nowUS int64) (bool, error) {
-	first, ok := multi.FirstAtLeast(max(ns.Start, from), v.increment, v.offset)
+	first, ok := failover.FirstAtLeast(max(ns.Start, from), v.increment, v.offset)
 	if !ok {
 		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(ns.Start, from), s.Name(), v.offset, v.increment)
 	}
@@ -122,7 +122,7 @@ func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Names
 func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Namespace, start, nowUS, lowered int64) error {
 	floor := int64(1)
 	if start > 0 {
-		f, ok := multi.FirstAtLeast(start, v.increment, v.offset)
+		f, ok := failover.FirstAtLeast(start, v.increment, v.offset)
 		if !ok {
 			return fmt.Errorf("%w: start %d leaves no ID for %s", allocator.ErrExhausted, start, s.Name())
 		}

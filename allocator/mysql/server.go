@@ -13,7 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 	"github.com/ticketd/ticketd/schema"
 )
 
@@ -35,11 +35,11 @@ type serverVars struct {
 
 // server is one ticket server and what the pair knows of it. Safe for concurrent use.
 type server struct {
-	*multi.Member // in rotation or not, and why: the failover state every backend keeps alike
+	*failover.Member // in rotation or not, and why: the failover state every backend keeps alike
 
 	db   *sql.DB // leases; every new connection is verified first (see verifySince)
 	ctl  *sql.DB // checks, settings and water marks; never hooked, so checks cannot deadlock on db
-	pair *Pair
+	pair *Store
 
 	verifyMu   sync.Mutex // one verification at a time
 	verifiedAt time.Time  // when the last successful verification started
@@ -57,7 +57,7 @@ type server struct {
 	fenced   []string    // namespaces below a water mark
 	fenceWhy string
 
-	marks multi.Floors // the highest counters seen on this server, here and by the peers
+	marks failover.Floors // the highest counters seen on this server, here and by the peers
 
 	co coalescer // concurrent leases of one namespace share one UPDATE
 }
@@ -122,7 +122,7 @@ func (s *server) Revive(ctx context.Context) error {
 // A server that restarted — perhaps restored from a backup, perhaps with other settings — is only
 // reached through new connections, so this is where a stale view of it is caught (the lesson of Vitess's
 // overlapping sequences after a failover). A change behind connections that stay open is caught by
-// the lease statement itself (see leaseUpdate) and by the background check (see Pair.guard).
+// the lease statement itself (see leaseUpdate) and by the background check (see Store.guard).
 type verifyingConnector struct {
 	driver.Connector
 	s *server
@@ -141,7 +141,7 @@ func (c verifyingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // verifySince makes sure a verification that started after t has passed, running one if needed; t
-// and the start are read from the Pair's clock. Connections opened together share one verification.
+// and the start are read from the Store's clock. Connections opened together share one verification.
 func (s *server) verifySince(ctx context.Context, t time.Time) error {
 	s.verifyMu.Lock()
 	defer s.verifyMu.Unlock()
@@ -278,7 +278,7 @@ func (s *server) checkRows(ctx context.Context, v serverVars) error {
 }
 
 // peerOffsets are the offsets the other servers of the set were last seen with.
-func (p *Pair) peerOffsets(s *server) map[int64]bool {
+func (p *Store) peerOffsets(s *server) map[int64]bool {
 	out := map[int64]bool{}
 	for _, o := range p.set.All() {
 		if o == s {
@@ -318,7 +318,7 @@ func (s *server) checkSchema(ctx context.Context) error {
 // older row takes the newer settings and has its counter raised to the namespace's start. A row that
 // is missing although a water mark says the server issued IDs from it is not created: the server lost
 // its data, and checkFence fences it.
-func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, marks map[string]multi.Mark) error {
+func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, marks map[string]failover.Mark) error {
 	mine := make(map[string]rowSettings, len(rows))
 	for _, r := range rows {
 		mine[r.ns.Name] = r
@@ -334,12 +334,12 @@ func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, 
 			continue
 		}
 		for _, r := range prows {
-			multi.KeepLatest(latest, r)
+			failover.KeepLatest(latest, r)
 			highest[r.ns.Name] = max(highest[r.ns.Name], r.next)
 		}
 	}
 	for _, r := range s.pair.set.Known() {
-		multi.KeepLatest(latest, r)
+		failover.KeepLatest(latest, r)
 	}
 	for name, r := range latest {
 		m, ok := mine[name]

@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // The restored-backup guard. A ticket server restored from an old backup (or a dump reloaded into it,
@@ -29,7 +29,7 @@ import (
 
 // writeWatermarks writes every server's unwritten marks, and the pace of this process's leases there,
 // into each usable peer.
-func (p *Pair) writeWatermarks(ctx context.Context) error {
+func (p *Store) writeWatermarks(ctx context.Context) error {
 	var errs []error
 	now := p.cfg.now()
 	for _, s := range p.set.All() {
@@ -72,7 +72,7 @@ func (p *Pair) writeWatermarks(ctx context.Context) error {
 // guard runs every WatermarkInterval, and at once when a server is fenced: it writes the marks to the
 // peers, reads theirs back into the floors, takes out of rotation a server whose settings changed
 // while it served, and fences one whose counters went below the floors — also when no lease is asking.
-func (p *Pair) guard() {
+func (p *Store) guard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.AttemptTimeout)
 	defer cancel()
 	if err := p.writeWatermarks(ctx); err != nil && !p.set.Closed() {
@@ -107,7 +107,7 @@ func (p *Pair) guard() {
 // fenced itself still holds valid marks about s. A peer that cannot be read is left out: that says
 // nothing about s (the peer's own checks take it out of rotation, and refuse it when it lacks the
 // water-mark table).
-func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[string]multi.Mark {
+func (p *Store) peerMarks(ctx context.Context, s *server, offset int64) map[string]failover.Mark {
 	for _, peer := range p.set.All() {
 		if peer == s || !(peer.reachable() || (peer.inspected() && peer.view() == nil)) {
 			continue
@@ -123,7 +123,7 @@ func (p *Pair) peerMarks(ctx context.Context, s *server, offset int64) map[strin
 // recorded, and, when the two replicate each other, its copies of the server's own rows — a mark that
 // replication keeps for free (a node rebuilt from its peers gets its counter back; one restored from an
 // old backup outside the cluster is below them).
-func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) error {
+func (p *Store) readMarks(ctx context.Context, peer, s *server, offset int64) error {
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	for _, q := range []struct{ query, holder string }{
@@ -155,7 +155,7 @@ func (p *Pair) readMarks(ctx context.Context, peer, s *server, offset int64) err
 // below a mark, or a row missing although a mark says the server issued from it, fences s. On a Galera
 // node a peer's copy can be ahead of the node's own row for a moment (see ownRows): what would fence
 // it is read again, after the node has caught up, and only what still holds fences it.
-func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]multi.Mark) error {
+func (p *Store) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]failover.Mark) error {
 	rows, err := s.ownRows(ctx, v.offset, false)
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func (p *Pair) checkFence(ctx context.Context, s *server, v serverVars, marks ma
 
 // belowMarks names the namespaces whose row is below its mark, or missing although a mark says the
 // server issued from it, and says why for each.
-func belowMarks(rows []rowSettings, marks map[string]multi.Mark) (fenced, details []string) {
+func belowMarks(rows []rowSettings, marks map[string]failover.Mark) (fenced, details []string) {
 	have := map[string]bool{}
 	for _, r := range rows {
 		have[r.ns.Name] = true
@@ -199,10 +199,10 @@ func belowMarks(rows []rowSettings, marks map[string]multi.Mark) (fenced, detail
 // fence records that s went back in time for the namespaces named, logs it, has this process's marks
 // written to the peers at once (so that other processes see them at their next read), and returns the
 // error that takes s out of rotation.
-func (p *Pair) fence(s *server, namespaces, details []string) error {
+func (p *Store) fence(s *server, namespaces, details []string) error {
 	sort.Strings(namespaces)
 	sort.Strings(details)
-	err := fmt.Errorf("%w: %s", allocator.ErrFenced, multi.FenceReason(s.Name(), namespaces, details))
+	err := fmt.Errorf("%w: %s", allocator.ErrFenced, failover.FenceReason(s.Name(), namespaces, details))
 	s.mu.Lock()
 	s.fenced, s.fenceWhy = namespaces, err.Error()
 	s.mu.Unlock()
@@ -230,7 +230,7 @@ func (s *server) fencedFor(ns string) (bool, string) {
 // server again. opts.Margin zero sizes the margin from the marks' history (see defaultMargin). A server
 // that is not fenced for the namespace is refused unless opts.Force. Run it only after checking why
 // the server went back — it makes the server serve again.
-func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts allocator.RepairOptions) (allocator.RepairResult, error) {
+func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts allocator.RepairOptions) (allocator.RepairResult, error) {
 	if err := allocator.ValidateName(namespace); err != nil {
 		return allocator.RepairResult{}, err
 	}
@@ -286,7 +286,7 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.MaxBlockSize)
 	}
 	base := max(res.Watermark, res.Before)
-	target, ok := multi.FirstAtLeast(base+min(res.Margin, 1<<62), v.increment, v.offset)
+	target, ok := failover.FirstAtLeast(base+min(res.Margin, 1<<62), v.increment, v.offset)
 	if !ok || base > 1<<62 {
 		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, s.Name())
 	}
@@ -315,8 +315,8 @@ func (p *Pair) Repair(ctx context.Context, namespace, serverName string, opts al
 }
 
 // defaultMargin sizes a repair's margin from the highest lease rate the peers recorded for the server
-// (see multi.RepairMargin).
-func (p *Pair) defaultMargin(ctx context.Context, s *server, v serverVars, namespace string, maxBlock int64) (int64, string) {
+// (see failover.RepairMargin).
+func (p *Store) defaultMargin(ctx context.Context, s *server, v serverVars, namespace string, maxBlock int64) (int64, string) {
 	var peak int64
 	for _, peer := range p.set.All() {
 		if peer == s {
@@ -330,5 +330,5 @@ func (p *Pair) defaultMargin(ctx context.Context, s *server, v serverVars, names
 			peak = max(peak, r)
 		}
 	}
-	return multi.RepairMargin(peak, p.cfg.WatermarkInterval, maxBlock, v.increment)
+	return failover.RepairMargin(peak, p.cfg.WatermarkInterval, maxBlock, v.increment)
 }

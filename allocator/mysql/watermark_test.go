@@ -25,7 +25,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func healthOf(p *Pair, name string) allocator.ServerHealth {
+func healthOf(p *Store, name string) allocator.ServerHealth {
 	for _, h := range p.Health() {
 		if h.Name == name {
 			return h
@@ -44,7 +44,7 @@ func TestRestoredBackupIsFenced(t *testing.T) {
 	}
 	dsns := []string{pair[0].DSN("ticketd"), pair[1].DSN("ticketd")}
 	tweak := func(c *Config) { c.WatermarkInterval = 50 * time.Millisecond }
-	p := openPair(t, dsns, tweak)
+	p := openStore(t, dsns, tweak)
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestRestoredBackupIsFenced(t *testing.T) {
 	}
 
 	// A new process sees the fence too: the marks are in A's table, not only in memory.
-	p2 := openPair(t, dsns, tweak)
+	p2 := openStore(t, dsns, tweak)
 	if h := healthOf(p2, nameB); !h.Fenced || h.Healthy {
 		t.Fatalf("a fresh pair does not fence the restored server: %+v", h)
 	}
@@ -142,7 +142,7 @@ func TestRestoredBackupIsFenced(t *testing.T) {
 }
 
 func TestRepairNamesTheServers(t *testing.T) {
-	p := openPair(t, testenv.Pair(t), nil)
+	p := openStore(t, testenv.Pair(t), nil)
 	_, err := p.Repair(context.Background(), "orders", "nosuch:1", allocator.RepairOptions{})
 	if err == nil || !strings.Contains(err.Error(), "no ticket server named") {
 		t.Fatalf("Repair on an unknown server: %v", err)

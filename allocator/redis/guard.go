@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // The restored-state guard, as the MySQL pair has it. An instance restarted from an old RDB or AOF, or
@@ -173,7 +173,7 @@ func (in *instance) clearFence() {
 func (s *Store) fence(in *instance, namespaces, details []string) error {
 	sort.Strings(namespaces)
 	sort.Strings(details)
-	err := fmt.Errorf("%w: %s", allocator.ErrFenced, multi.FenceReason(in.Name(), namespaces, details))
+	err := fmt.Errorf("%w: %s", allocator.ErrFenced, failover.FenceReason(in.Name(), namespaces, details))
 	in.mu.Lock()
 	in.fenced, in.fenceWhy = namespaces, err.Error()
 	in.mu.Unlock()
@@ -208,7 +208,7 @@ func (s *Store) fenceLost(in *instance, why string) error {
 // this process) hold, plus a margin for leases issued after the last mark was written, then checks the
 // instance again. An instance that lost its data gets a new identity for its configured offset first
 // (every instance must answer), and the namespace is created on it above the mark. opts.Margin zero
-// sizes the margin from the lease rates recorded with the marks (see multi.RepairMargin). An instance
+// sizes the margin from the lease rates recorded with the marks (see failover.RepairMargin). An instance
 // that is not fenced for the namespace is refused unless opts.Force. Run it only after checking why the
 // instance went back — it makes the instance serve again.
 func (s *Store) Repair(ctx context.Context, namespace, server string, opts allocator.RepairOptions) (allocator.RepairResult, error) {
@@ -273,10 +273,10 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	}
 	res.Margin, res.MarginWhy = opts.Margin, "given"
 	if opts.Margin == 0 {
-		res.Margin, res.MarginWhy = multi.RepairMargin(s.peakRate(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
+		res.Margin, res.MarginWhy = failover.RepairMargin(s.peakRate(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
 	base := max(res.Watermark, res.Before)
-	target, ok := multi.FirstAtLeast(base+min(res.Margin, 1<<62), s.cfg.Stride, in.offset)
+	target, ok := failover.FirstAtLeast(base+min(res.Margin, 1<<62), s.cfg.Stride, in.offset)
 	if !ok || base > 1<<62 {
 		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, in.Name())
 	}

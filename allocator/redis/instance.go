@@ -14,7 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // errMissing means the instance lacks a namespace (settings or counter) that another instance has.
@@ -64,7 +64,7 @@ func parseRecord(name string, m map[string]string) (record, error) {
 
 // instance is one Redis ticket server and what the store knows of it. Safe for concurrent use.
 type instance struct {
-	*multi.Member // in rotation or not, and why: the failover state every backend keeps alike
+	*failover.Member // in rotation or not, and why: the failover state every backend keeps alike
 
 	client *goredis.Client
 	offset int64
@@ -73,7 +73,7 @@ type instance struct {
 	// checked holds the id the instance's offset claim was proven under: a lease sends it, and the
 	// lease script refuses an instance that no longer has it (wiped, replaced). Nil until checked.
 	checked atomic.Pointer[string]
-	marks   multi.Floors // the highest counters seen here, by this process and in the peers' marks
+	marks   failover.Floors // the highest counters seen here, by this process and in the peers' marks
 
 	mu       sync.Mutex
 	warned   bool     // the volatile warning was logged
@@ -224,12 +224,12 @@ func (in *instance) catchUp(ctx context.Context) error {
 		}
 		if recs, err := p.readRecords(ctx); err == nil {
 			for _, r := range recs {
-				multi.KeepLatest(latest, r)
+				failover.KeepLatest(latest, r)
 			}
 		}
 	}
 	for _, r := range in.store.set.Known() {
-		multi.KeepLatest(latest, r)
+		failover.KeepLatest(latest, r)
 	}
 	for name, r := range latest {
 		m, ok := mine[name]
@@ -331,7 +331,7 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 	}
 	ns := rec.Namespace()
 	stride := in.store.cfg.Stride
-	first, ok := multi.FirstAtLeast(ns.Start, stride, in.offset)
+	first, ok := failover.FirstAtLeast(ns.Start, stride, in.offset)
 	if !ok {
 		return allocator.Block{}, fmt.Errorf("%w: namespace %q starts at %d, which leaves no ID for %s (offset %d of %d)",
 			allocator.ErrExhausted, ns.Name, ns.Start, in.Name(), in.offset, stride)
@@ -404,7 +404,7 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 func (in *instance) create(ctx context.Context, rec record, from int64) (created bool, err error) {
 	stride := in.store.cfg.Stride
 	lowest := max(rec.ns.Start, rec.floor, from)
-	first, ok := multi.FirstAtLeast(lowest, stride, in.offset)
+	first, ok := failover.FirstAtLeast(lowest, stride, in.offset)
 	if !ok {
 		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, lowest, in.Name(), in.offset, stride)
 	}
@@ -442,7 +442,7 @@ func (in *instance) update(ctx context.Context, rec record, lowered int64) error
 	stride := in.store.cfg.Stride
 	var floorCounter int64
 	if rec.floor > 0 {
-		f, ok := multi.FirstAtLeast(rec.floor, stride, in.offset)
+		f, ok := failover.FirstAtLeast(rec.floor, stride, in.offset)
 		if !ok {
 			return fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, rec.floor, in.Name(), in.offset, stride)
 		}

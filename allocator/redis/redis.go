@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // MaxStride bounds Config.Stride.
@@ -224,7 +224,7 @@ func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":sett
 type Store struct {
 	cfg  Config
 	keys keys
-	set  *multi.Set[*instance, record] // the instances, their health, failover and cached settings
+	set  *failover.Set[*instance, record] // the instances, their health, failover and cached settings
 	// kickGuard runs the restored-state guard soon (see guard); nil until Open starts it.
 	kickGuard func()
 }
@@ -292,7 +292,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 // build makes a Store with a client per instance and checks nothing.
 func build(cfg Config) (*Store, error) {
-	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, set: multi.NewSet[*instance, record](multi.Config{
+	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, set: failover.NewSet[*instance, record](failover.Config{
 		Noun: "Redis instance", Every: "every Redis instance",
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		SettingsTTL: cfg.SettingsTTL, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
@@ -393,7 +393,7 @@ func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int6
 // isServerFault reports whether err says the instance (or the way to it) failed, rather than the
 // request. Lacking a namespace is not a fault: the instance is given it (see leaseOn).
 func isServerFault(err error) bool {
-	return !errors.Is(err, errMissing) && multi.IsServerFault(err)
+	return !errors.Is(err, errMissing) && failover.IsServerFault(err)
 }
 
 // CreateNamespace creates the namespace on every usable instance. An instance that is down gets it
@@ -402,7 +402,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	ns.Servers = nil
 	return s.set.CreateNamespace(ctx, ns, func(ctx context.Context, in *instance) bool {
 		return in.Usable() || (in.Due(s.cfg.now()) && in.Revive(ctx) == nil) // else it gets the namespace when it comes back
-	}, func(ctx context.Context, in *instance, c multi.Change[record]) (bool, error) {
+	}, func(ctx context.Context, in *instance, c failover.Change[record]) (bool, error) {
 		return in.create(ctx, record{ns: c.Namespace, updatedUS: c.UpdatedUS}, 0)
 	})
 }
@@ -412,7 +412,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // Instances that are down catch up when they come back.
 func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
 	ns.Servers = nil
-	return s.set.UpdateNamespace(ctx, ns, s.serverStates, func(ctx context.Context, in *instance, c multi.Change[record]) error {
+	return s.set.UpdateNamespace(ctx, ns, s.serverStates, func(ctx context.Context, in *instance, c failover.Change[record]) error {
 		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS}, c.Lowered)
 	})
 }

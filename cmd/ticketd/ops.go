@@ -177,7 +177,7 @@ func (c *adoptCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := b.(*mysql.Pair)
+	p := b.(*mysql.Store)
 	tables, err := p.FlickrTables(ctx, c.table)
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
-// Package multi is what the backends that lease from several ticket servers share: each server's
+// Package failover is what the backends that lease from several ticket servers share: each server's
 // health and backoff (Member), and the Set of servers that leases fail over across and that namespace
 // settings are read from and written to. Each backend keeps its own storage, checks and errors.
-package multi
+package failover
 
 import (
 	"context"

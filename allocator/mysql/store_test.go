@@ -18,8 +18,8 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// openPair migrates the databases behind dsns and opens a Pair on them.
-func openPair(t testing.TB, dsns []string, tweak func(*Config)) *Pair {
+// openStore migrates the databases behind dsns and opens a Store on them.
+func openStore(t testing.TB, dsns []string, tweak func(*Config)) *Store {
 	t.Helper()
 	cfg := Config{DSNs: dsns, Migrate: true, Logger: quiet, ProbeInterval: 50 * time.Millisecond,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
@@ -39,15 +39,15 @@ func TestConformance(t *testing.T) {
 	var last []string // the databases open made last, for Another
 	allocatortest.Run(t, func(t *testing.T) allocator.Backend {
 		last = testenv.FreshDatabases(t, servers)
-		return openPair(t, last, nil)
-	}, allocatortest.Options{Another: func(t *testing.T) allocator.Backend { return openPair(t, last, nil) }})
+		return openStore(t, last, nil)
+	}, allocatortest.Options{Another: func(t *testing.T) allocator.Backend { return openStore(t, last, nil) }})
 }
 
 // TestParity checks Flickr's promise: across 100,000 leases from 32 goroutines, the odd server issues
 // only odd IDs and the even server only even ones, and no ID is issued twice.
 func TestParity(t *testing.T) {
 	dsns := testenv.Pair(t)
-	p := openPair(t, dsns, nil)
+	p := openStore(t, dsns, nil)
 	ctx := context.Background()
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "parity"}); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func comCounters(t *testing.T, db *sql.DB) map[string]int64 {
 func TestLeaseIsOneStatementOneRoundTrip(t *testing.T) {
 	dsns := testenv.Pair(t)
 	ctx := context.Background()
-	p := openPair(t, dsns[:1], func(c *Config) { c.MaxConns = 1 })
+	p := openStore(t, dsns[:1], func(c *Config) { c.MaxConns = 1 })
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "rt"}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/internal/multi"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 	"github.com/ticketd/ticketd/schema"
 )
 
-// Config configures a Pair. The zero value of each field means its default.
+// Config configures a Store. The zero value of each field means its default.
 type Config struct {
 	// DSNs are go-sql-driver DSNs, one per ticket server (two for the Flickr pair). Required.
 	// interpolateParams=true is added so that a lease is a single round trip.
@@ -87,25 +87,25 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Pair is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
+// Store is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
 // interface. Leases go round-robin across usable servers; a failed server is skipped with backoff,
 // checked again before its next lease, and any server alone can serve. Safe for concurrent use.
-type Pair struct {
+type Store struct {
 	cfg Config
-	set *multi.Set[*server, rowSettings] // the servers, their health, failover and cached settings
+	set *failover.Set[*server, rowSettings] // the servers, their health, failover and cached settings
 	// kickGuard runs the restored-backup guard soon (see guard); nil until Open starts it.
 	kickGuard func()
 }
 
-var _ allocator.Backend = (*Pair)(nil)
-var _ allocator.HealthReporter = (*Pair)(nil)
+var _ allocator.Backend = (*Store)(nil)
+var _ allocator.HealthReporter = (*Store)(nil)
 
 // Open connects to every server, checks each reachable one (see server.verify), and refuses to start
 // when the servers' settings conflict (they could issue the same ID). A server that is down, fenced,
 // or refused for its own settings is left out with the reason, and checked again before its first
 // lease; the others serve. Open fails with ErrUnavailable (wrapping each server's reason) when no
 // server can serve.
-func Open(ctx context.Context, cfg Config) (*Pair, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) {
 	p, err := build(cfg)
 	if err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	return p, nil
 }
 
-func (p *Pair) names() string { return strings.Join(p.set.Names(), ", ") }
+func (p *Store) names() string { return strings.Join(p.set.Names(), ", ") }
 
 // crossCheck compares auto_increment settings: one increment for all, a distinct offset each, and an
 // increment no smaller than the number of servers. With a candidate, its settings v are compared with
@@ -184,7 +184,7 @@ func (p *Pair) names() string { return strings.Join(p.set.Names(), ", ") }
 // it comes back with its offset. Without one (at Open), the settings of every server that answered are
 // compared, but for those refused for their own settings (refused[i] non-nil): those are left out until
 // they pass.
-func (p *Pair) crossCheck(candidate *server, v serverVars, refused []error) error {
+func (p *Store) crossCheck(candidate *server, v serverVars, refused []error) error {
 	var list []namedVars
 	if candidate != nil {
 		list = append(list, namedVars{candidate.Name(), v})
@@ -208,7 +208,7 @@ func (p *Pair) crossCheck(candidate *server, v serverVars, refused []error) erro
 // pings the servers that are up: a server that restarted is only reached through new connections, and
 // each new connection is verified (see verifyingConnector), so a restart — or a restore — is noticed
 // even when no lease is asking.
-func (p *Pair) probe() {
+func (p *Store) probe() {
 	for _, s := range p.set.All() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
 		switch {
@@ -225,7 +225,7 @@ func (p *Pair) probe() {
 
 // Close stops background checks, writes the water marks one last time and closes every connection
 // pool. Safe to call twice.
-func (p *Pair) Close() error {
+func (p *Store) Close() error {
 	p.set.Close(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
 		if err := p.writeWatermarks(ctx); err != nil {
@@ -237,7 +237,7 @@ func (p *Pair) Close() error {
 	return nil
 }
 
-func (p *Pair) closeDBs() {
+func (p *Store) closeDBs() {
 	for _, s := range p.set.All() {
 		_ = s.db.Close()
 		_ = s.ctl.Close()
@@ -245,21 +245,21 @@ func (p *Pair) closeDBs() {
 }
 
 // Servers returns the server names in configuration order.
-func (p *Pair) Servers() []string { return p.set.Names() }
+func (p *Store) Servers() []string { return p.set.Names() }
 
 // Health reports each server's state.
-func (p *Pair) Health() []allocator.ServerHealth { return p.set.Health() }
+func (p *Store) Health() []allocator.ServerHealth { return p.set.Health() }
 
 // Lease takes a block of size IDs (0 means the namespace's block size) from the next usable server,
 // failing over to the others. Each attempt is one UPDATE; an attempt whose outcome is unknown is
 // abandoned and the retry takes a new range (the lost one is a gap, never reissued).
-func (p *Pair) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
+func (p *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
 	return p.LeaseFrom(ctx, namespace, size, "")
 }
 
 // LeaseFrom is Lease with a preferred server: it is tried first when usable. An empty prefer means
 // round-robin.
-func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
+func (p *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
 	if err := allocator.ValidateName(namespace); err != nil {
 		return allocator.Block{}, err
 	}
@@ -270,7 +270,7 @@ func (p *Pair) LeaseFrom(ctx context.Context, namespace string, size int64, pref
 }
 
 // leaseOn is one attempt on one server, under the attempt's timeout.
-func (p *Pair) leaseOn(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
+func (p *Store) leaseOn(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
 	blk, err := s.lease(ctx, r.ns, size)
 	if errors.Is(err, errRowMissing) {
 		// The server was down when the namespace was created, and nothing says it ever issued from it
@@ -297,10 +297,10 @@ func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace) error {
 
 // CreateNamespace creates the namespace's row on every usable server. A server that is down gets its
 // row when it comes back (or at its first lease). ErrExists when every server that answered had it.
-func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+func (p *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
 	return p.set.CreateNamespace(ctx, ns, func(ctx context.Context, s *server) bool {
 		return s.Usable() || s.Revive(ctx) == nil // a server in backoff is checked again now
-	}, func(ctx context.Context, s *server, c multi.Change[rowSettings]) (bool, error) {
+	}, func(ctx context.Context, s *server, c failover.Change[rowSettings]) (bool, error) {
 		v := s.view()
 		if v == nil {
 			return false, fmt.Errorf("%s: %w", s.Name(), errNotChecked)
@@ -312,8 +312,8 @@ func (p *Pair) CreateNamespace(ctx context.Context, ns allocator.Namespace) (all
 // UpdateNamespace replaces the namespace's settings (zero fields mean their defaults) on every usable
 // server. A Start above the namespace's own becomes its start and advances every counter below it;
 // counters never move back. A server that is down catches up when it comes back.
-func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
-	return p.set.UpdateNamespace(ctx, ns, p.serverStates, func(ctx context.Context, s *server, c multi.Change[rowSettings]) error {
+func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
+	return p.set.UpdateNamespace(ctx, ns, p.serverStates, func(ctx context.Context, s *server, c failover.Change[rowSettings]) error {
 		v := s.view()
 		if v == nil {
 			return fmt.Errorf("%s: %w", s.Name(), errNotChecked)
@@ -331,17 +331,17 @@ func (p *Pair) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (all
 }
 
 // Namespace returns the namespace's settings and each server's counter.
-func (p *Pair) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
+func (p *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
 	return p.set.Namespace(ctx, name, p.serverStates)
 }
 
 // Namespaces lists the namespaces known to any usable server.
-func (p *Pair) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
+func (p *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
 	return p.set.Namespaces(ctx, p.serverStates)
 }
 
 // serverStates reads each server's counter of each namespace, one query per server and namespace.
-func (p *Pair) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
+func (p *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
 	out := make(map[string][]allocator.ServerState, len(names))
 	for _, name := range names {
 		for _, s := range p.set.All() {
@@ -365,7 +365,7 @@ func (p *Pair) serverStates(ctx context.Context, names []string) map[string][]al
 }
 
 // Migrate applies the schema on every server; all must answer.
-func (p *Pair) Migrate(ctx context.Context) error {
+func (p *Store) Migrate(ctx context.Context) error {
 	for _, s := range p.set.All() {
 		if _, err := schema.Migrate(ctx, s.ctl); err != nil {
 			return fmt.Errorf("%s: %w", s.Name(), err)
@@ -397,8 +397,8 @@ func MigrateDSN(ctx context.Context, dsn string) ([]int, error) {
 	return applied, nil
 }
 
-// build makes a Pair with a connection pool per server and checks nothing.
-func build(cfg Config) (*Pair, error) {
+// build makes a Store with a connection pool per server and checks nothing.
+func build(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.DSNs) == 0 {
 		return nil, fmt.Errorf("mysql: no ticket server DSN given")
@@ -406,10 +406,10 @@ func build(cfg Config) (*Pair, error) {
 	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
 		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
 	}
-	p := &Pair{cfg: cfg, set: multi.NewSet[*server, rowSettings](multi.Config{
+	p := &Store{cfg: cfg, set: failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
-		SettingsTTL: cfg.SettingsTTL, IsFault: multi.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
+		SettingsTTL: cfg.SettingsTTL, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
