@@ -503,6 +503,9 @@ func TestBlockArrivingExpiredIsRefused(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "skew", BlockSize: 100, LeaseTTL: time.Second})
 	fake.now = func() time.Time { return clk.Now().Add(-time.Hour) } // the server's clock is an hour behind
 	c := newClient(t, FromBackend(fake), "skew", withClock(clk), WithMaxWait(50*time.Millisecond))
+	// The first lease starts with the Client; Next waits 50ms at most, which a busy machine can spend
+	// before that lease is answered at all.
+	eventually(t, "the first lease refused", func() bool { return c.Stats().RefillErrors > 0 })
 	_, err := c.Next(context.Background())
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBadResponse) {
 		t.Fatalf("Next = %v, want ErrUnavailable wrapping ErrBadResponse", err)
