@@ -33,10 +33,12 @@ type refill struct {
 }
 
 // route is what the requests of one refill share with the source: the URL the first request waits on,
-// which its hedge avoids, and whether the refill is settled, after which neither fails over.
+// which its hedge avoids, whether the refill is settled, after which neither fails over, and whether a
+// request failed over from a URL that failed.
 type route struct {
-	settled atomic.Bool
-	first   atomic.Pointer[endpoint] // HTTP sources only
+	settled    atomic.Bool
+	failedOver atomic.Bool
+	first      atomic.Pointer[endpoint] // HTTP sources only
 }
 
 // hedging is a Client's state of hedged refills, guarded by Client.mu.
@@ -48,11 +50,16 @@ type hedging struct {
 	slow, sent, won int64 // Stats.SlowRefills, Hedges and HedgesWon
 }
 
-// noteRequest records how long the request whose answer settled a refill took, and derives the delay.
-func (h *hedging) noteRequest(took time.Duration, cfg *config) {
-	h.answers.Observe(took)
+// noteRequest records how long the request, begun at start, whose answer settled a refill took, and
+// derives the delay. Answers to requests begun soon after a failure are not counted (see
+// hedge.Recovery): they wait for what recovers, not for a path that is slow.
+func (h *hedging) noteRequest(start time.Time, took time.Duration, cfg *config) {
+	h.answers.Observe(start, took)
 	h.delay = h.derive(cfg)
 }
+
+// noteFailure records that a request failed, or failed over from a URL that failed, at now.
+func (h *hedging) noteFailure(now time.Time) { h.answers.Fail(now) }
 
 // derive is the hedge delay: WithHedgeDelay, or the 95th percentile of the latencies of the recent
 // requests whose answers were used, at least hedgeFloor and at most half the request timeout.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/hedge"
 )
 
 // hangingServer is a contract server that, while hang is set, takes requests and answers none of them
@@ -79,12 +80,37 @@ func TestHedgeDelay(t *testing.T) {
 			var h hedging
 			h.delay = h.derive(&cfg)
 			for _, d := range tc.samples {
-				h.noteRequest(d, &cfg)
+				h.noteRequest(time.Time{}, d, &cfg)
 			}
 			if h.delay != tc.want {
 				t.Fatalf("delay %s, want %s", h.delay, tc.want)
 			}
 		})
+	}
+}
+
+// TestHedgeDelayAfterAFailure: the answers of the refills begun within hedge.Recovery of a failed
+// request, or of one that failed over from a URL that failed, leave the delay as it was: at the end of
+// an outage they wait for the servers to recover, and would hold the delay near its ceiling for the
+// next 64 refills.
+func TestHedgeDelayAfterAFailure(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	cfg := config{}.withDefaults()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var h hedging
+	for i := range 10 {
+		h.noteRequest(t0.Add(time.Duration(i)*time.Millisecond), ms(30), &cfg)
+	}
+	h.noteFailure(t0.Add(time.Second))
+	for i := range 10 {
+		h.noteRequest(t0.Add(time.Second+time.Duration(i)*400*time.Millisecond), ms(700), &cfg)
+	}
+	if h.delay != ms(30) {
+		t.Fatalf("delay %s after slow answers begun within %s of a failure; want the 30ms of before", h.delay, hedge.Recovery)
+	}
+	h.noteRequest(t0.Add(time.Second+hedge.Recovery), ms(700), &cfg)
+	if h.delay != ms(700) {
+		t.Fatalf("delay %s after a slow answer begun %s after the failure; want 700ms", h.delay, hedge.Recovery)
 	}
 }
 

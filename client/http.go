@@ -191,6 +191,7 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 			return allocator.Block{}, err
 		}
 		ep.down(h.clock.Now(), err, h.wait(ep))
+		r.failedOver.Store(true)
 		errs = append(errs, err)
 	}
 	if exhausted != nil {

@@ -68,6 +68,9 @@ func (c *Client) request(r *refill, hedge bool) {
 
 	c.lockForRefill()
 	defer c.mu.Unlock()
+	if err != nil || r.route.failedOver.Load() {
+		c.hedge.noteFailure(now)
+	}
 	if !c.settleLocked(r, hedge, err) {
 		if err == nil && r.settled {
 			c.spareLocked(blk, useBy, now)
@@ -76,7 +79,7 @@ func (c *Client) request(r *refill, hedge bool) {
 	}
 	if err == nil {
 		// Only the answers used: a late one would teach the delay to wait for a path that hung.
-		c.hedge.noteRequest(now.Sub(start), &c.cfg)
+		c.hedge.noteRequest(start, now.Sub(start), &c.cfg)
 	}
 	c.flight.n--
 	c.flight.ids -= r.ids

@@ -546,6 +546,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		}
 	}
 	var seg *segment
+	var start time.Time
 	var took time.Duration
 	if err == nil && call.segment {
 		sp.mu.Lock()
@@ -556,7 +557,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		}
 		size, prefer := call.size, call.prefer
 		sp.mu.Unlock()
-		start := c.now()
+		start = c.now()
 		seg, err = sp.leaseSegment(ctx, *st, size, prefer, reqID)
 		took = c.now().Sub(start)
 	}
@@ -566,6 +567,11 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	call.finished = true
 	if call.stopHedge != nil {
 		call.stopHedge()
+	}
+	if call.segment && (err != nil && !errors.Is(err, allocator.ErrNotFound) || seg != nil && call.prefer != "" && seg.blk.Server != call.prefer) {
+		// A failed lease, or one that failed over from the server it asked first: the answers of the
+		// leases begun soon after say nothing of the usual latency (see hedge.Recovery).
+		sp.answers.Fail(c.now())
 	}
 	// A hedged pair fails only when both do: while the other lease brought a segment, or still may, a
 	// failure is no fault of the namespace's, and its waiters look again.
@@ -592,7 +598,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		sp.noteLatencyLocked(took)
 		call.landed = true
 		if p := call.partner; p == nil || !p.landed {
-			sp.answers.Observe(took) // the first of a hedged pair: the other's latency is the hung path's
+			sp.answers.Observe(start, took) // the first of a hedged pair: the other's latency is the hung path's
 			if call.hedge {
 				sp.hedgesWon++
 				c.metrics.observeHedge(sp.name, true)

@@ -12,16 +12,31 @@ import (
 // Window is how many recent answers the percentile is taken over.
 const Window = 64
 
+// Recovery is how long after a failure answers say nothing of the usual latency: a request that began
+// within it may have waited for a server to be checked again, a connection to be dialled or a backoff
+// to pass, and an outage of a few seconds would otherwise leave the delay at its ceiling for as many
+// answers as Window after it ends.
+const Recovery = 5 * time.Second
+
 // Delay keeps the latencies of the last Window answers. Feed it only the answers that were used: the
 // late answer of a request that a hedge outpaced would teach it to wait for a path that hung. The zero
 // value is ready for use; it is not safe for concurrent use.
 type Delay struct {
 	recent [Window]time.Duration
-	n      int // answers observed in all
+	n      int       // answers observed in all
+	failed time.Time // the last failure noted
 }
 
-// Observe records how long an answer took.
-func (d *Delay) Observe(took time.Duration) {
+// Fail notes that a request failed at now (or that its answer came through a failover): the answers to
+// requests begun within Recovery of it are not observed.
+func (d *Delay) Fail(now time.Time) { d.failed = now }
+
+// Observe records how long the answer to a request begun at start took, unless the request began
+// within Recovery of the last failure.
+func (d *Delay) Observe(start time.Time, took time.Duration) {
+	if !d.failed.IsZero() && start.Sub(d.failed) < Recovery {
+		return
+	}
 	d.recent[d.n%Window] = took
 	d.n++
 }

@@ -25,7 +25,7 @@ func TestGet(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var d Delay
 			for _, took := range tc.observed {
-				d.Observe(took)
+				d.Observe(time.Time{}, took)
 			}
 			if got := d.Get(floor, ceiling, first); got != tc.want {
 				t.Fatalf("Get = %s, want %s", got, tc.want)
@@ -39,6 +39,30 @@ func TestGet(t *testing.T) {
 }
 
 // seq returns n latencies step, 2×step, … n×step, shuffled.
+// TestRecovery: the answers to requests begun within Recovery of a failure are not observed, so that
+// the slow answers of an outage's end do not raise the delay after it.
+func TestRecovery(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var d Delay
+	for i := range Window {
+		d.Observe(t0.Add(time.Duration(i)*time.Millisecond), ms(10))
+	}
+	d.Fail(t0.Add(time.Second))
+	for i := range Window { // the outage's late answers
+		d.Observe(t0.Add(time.Second+time.Duration(i)*Recovery/Window), ms(900))
+	}
+	if got := d.Get(ms(1), time.Second, ms(250)); got != ms(10) {
+		t.Fatalf("after answers begun within Recovery of a failure: %s, want the 10ms of before", got)
+	}
+	for range 4 { // begun once Recovery has passed: observed, and the 61st of 64 is one of them
+		d.Observe(t0.Add(time.Second+Recovery), ms(900))
+	}
+	if got := d.Get(ms(1), time.Second, ms(250)); got != ms(900) {
+		t.Fatalf("with 4 answers of 900ms of 64 once Recovery has passed: %s, want 900ms", got)
+	}
+}
+
 func seq(n int, step time.Duration) []time.Duration {
 	out := make([]time.Duration, n)
 	for i := range out {
@@ -51,7 +75,7 @@ func seq(n int, step time.Duration) []time.Duration {
 func BenchmarkGet(b *testing.B) {
 	var d Delay
 	for i := range Window {
-		d.Observe(time.Duration(rand.IntN(1000)+i) * time.Microsecond)
+		d.Observe(time.Time{}, time.Duration(rand.IntN(1000)+i)*time.Microsecond)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
