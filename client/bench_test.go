@@ -179,7 +179,7 @@ func BenchmarkSteady10MWithSlowRefills(b *testing.B) {
 	const rate = 10_000_000
 	const interval = time.Second / rate
 	fake := newFake(allocator.Namespace{Name: "steady"})
-	fake.delay = 5 * time.Millisecond
+	fake.SetDelay(5 * time.Millisecond)
 	c, err := New(FromBackend(fake), "steady")
 	if err != nil {
 		b.Fatal(err)
