@@ -299,7 +299,6 @@ func TestHedgesLeaveNoDuplicate(t *testing.T) {
 	c := newClient(t, HTTP(flaky.srv.URL, ok.srv.URL), "d", WithHedgeDelay(2*time.Millisecond),
 		WithRefillInterval(10*time.Millisecond))
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	go func() { // a late answer now and then
 		for {
 			select {
@@ -312,24 +311,9 @@ func TestHedgesLeaveNoDuplicate(t *testing.T) {
 	}()
 	const goroutines, perG = 8, 50_000
 	set := newIDSet()
-	errs := make(chan error, goroutines)
-	for range goroutines {
-		wg.Go(func() {
-			add := set.adder()
-			for range perG {
-				id, err := c.Next(context.Background())
-				if err != nil {
-					errs <- err
-					return
-				}
-				add.add(id)
-			}
-		})
-	}
-	wg.Wait()
+	err := takeConcurrently(c, set, goroutines, perG)
 	close(stop)
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		t.Fatal(err)
 	}
 	set.check(t, goroutines*perG)

@@ -106,6 +106,29 @@ func drain(c *Client, set *idSet, wait time.Duration) (int64, error) {
 	}
 }
 
+// takeConcurrently has goroutines take perG IDs each from c with Next, into set; it returns the first
+// error a caller met.
+func takeConcurrently(c *Client, set *idSet, goroutines, perG int) error {
+	errs := make(chan error, goroutines)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			add := set.adder()
+			for range perG {
+				id, err := c.Next(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				add.add(id)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 // eventually polls cond every millisecond for up to 10s.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()

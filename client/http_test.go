@@ -142,26 +142,7 @@ func TestHTTPUniqueAcrossTwoServers(t *testing.T) {
 	c := newClient(t, HTTP(srvA.URL, srvB.URL+"/"), "orders", WithToken("tok"), WithRefillInterval(10*time.Millisecond))
 	const goroutines, perG = 32, 20_000
 	set := newIDSet()
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			add := set.adder()
-			for range perG {
-				id, err := c.Next(context.Background())
-				if err != nil {
-					errs <- err
-					return
-				}
-				add.add(id)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := takeConcurrently(c, set, goroutines, perG); err != nil {
 		t.Fatal(err)
 	}
 	set.check(t, goroutines*perG)
