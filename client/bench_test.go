@@ -20,6 +20,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/testenv"
 )
 
 // sink keeps results alive; each goroutine adds to it once, at its end, so that no benchmark writes a
@@ -179,7 +180,7 @@ func BenchmarkSteady10MWithSlowRefills(b *testing.B) {
 	const rate = 10_000_000
 	const interval = time.Second / rate
 	fake := newFake(allocator.Namespace{Name: "steady"})
-	fake.delay = 5 * time.Millisecond
+	fake.SetDelay(5 * time.Millisecond)
 	c, err := New(FromBackend(fake), "steady")
 	if err != nil {
 		b.Fatal(err)
@@ -228,7 +229,7 @@ func BenchmarkSteady10MWithSlowRefills(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkBusyThroughTicketd -cpu 2 -benchtime 3s ./client/
 func BenchmarkBusyThroughTicketd(b *testing.B) {
 	dir := b.TempDir()
-	create := exec.Command(ticketdBinary(b), "namespace", "create", "--data-dir", dir, "busy", "--block-size", "1000")
+	create := exec.Command(testenv.Ticketd(b), "namespace", "create", "--data-dir", dir, "busy", "--block-size", "1000")
 	if out, err := create.CombinedOutput(); err != nil {
 		b.Fatalf("ticketd namespace create: %v\n%s", err, out)
 	}
@@ -242,7 +243,7 @@ func BenchmarkBusyThroughTicketd(b *testing.B) {
 			name += "/time.Now"
 		}
 		b.Run(name, func(b *testing.B) {
-			c, err := New(HTTP(td.url), "busy", WithToken(e2eNSToken))
+			c, err := New(HTTP(td.URL), "busy", WithToken(e2eNSToken))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/api"
 )
 
@@ -210,7 +211,7 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 	// A block counts at the backend when it is leased, and in Stats when it is cached: the counts
 	// agree once no lease is in flight.
 	eventually(t, "no lease in flight", func() bool { return c.Stats().InFlight == 0 })
-	blocks := fake.leased()
+	blocks := fake.Blocks()
 	var leased int64
 	for _, b := range blocks {
 		leased += b.Size
@@ -233,7 +234,7 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 // up.
 func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "many", BlockSize: 1000, MaxBlockSize: 1000})
-	fake.delay = time.Millisecond
+	fake.SetDelay(time.Millisecond)
 	c := newClient(t, FromBackend(fake), "many", WithMaxInFlight(8))
 	first := mustNext(t, c)
 	// As if a refill had just taken an hour: the mark asks for far more than eight blocks, so eight
@@ -250,11 +251,11 @@ func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
 	eventually(t, "the last leases landed", func() bool { return c.Stats().InFlight == 0 })
 	st := c.Stats()
 	var leased int64
-	for _, b := range fake.leased() {
+	for _, b := range fake.Blocks() {
 		leased += b.Size
 	}
-	if st.Served != goroutines*perG+1 || st.Served+st.Cached+st.Discarded != leased || st.Refills != int64(len(fake.leased())) {
-		t.Fatalf("stats %+v: served + cached + discarded must be the %d IDs of the %d blocks leased", st, leased, len(fake.leased()))
+	if st.Served != goroutines*perG+1 || st.Served+st.Cached+st.Discarded != leased || st.Refills != int64(len(fake.Blocks())) {
+		t.Fatalf("stats %+v: served + cached + discarded must be the %d IDs of the %d blocks leased", st, leased, len(fake.Blocks()))
 	}
 	if st.PeakInFlight != 8 {
 		t.Fatalf("at most %d leases in flight at once, want WithMaxInFlight's 8", st.PeakInFlight)
@@ -264,8 +265,8 @@ func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
 // TestEveryIDComesFromALeasedBlock checks the arithmetic: IDs are exactly the blocks' IDs, with a
 // step, served in full before the next block.
 func TestEveryIDComesFromALeasedBlock(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "odd", BlockSize: 10, Start: 101})
-	fake.step = 2
+	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"}, Step: 2,
+		Namespaces: []allocator.Namespace{{Name: "odd", BlockSize: 10, Start: 101}}})
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one processor: its runs come in order
 	c := newClient(t, FromBackend(fake), "odd", WithMaxBlockSize(10), withProcs(1))
 	for i := range 95 {
@@ -288,15 +289,15 @@ func TestEveryIDComesFromALeasedBlock(t *testing.T) {
 // empty all wait for that one; none starts another.
 func TestConcurrentCallersCauseOneFetch(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "one", BlockSize: 1000, MaxBlockSize: 1000})
-	fake.gate, fake.free = make(chan struct{}), 1
+	gate := fake.Gate(1)
 	// A frozen clock measures neither rate nor latency, so the low-water mark stays at 20% of the block
 	// and the refill after the callers' one is not due.
-	c := newClient(t, FromBackend(fake), "one", withProcs(2), withClock(newFakeClock()))
+	c := newClient(t, FromBackend(fake), "one", withProcs(2), withClock(allocatortest.NewClock()))
 	for range 1000 {
 		mustNext(t, c)
 	}
 	// The first block is used up; the second lease is in flight, held at the gate.
-	eventually(t, "the second lease", func() bool { return fake.leaseCalls() == 2 })
+	eventually(t, "the second lease", func() bool { return fake.LeaseCalls() == 2 })
 
 	const callers = 64
 	ids := make(chan int64, callers)
@@ -315,10 +316,10 @@ func TestConcurrentCallersCauseOneFetch(t *testing.T) {
 		}()
 	}
 	eventually(t, "64 callers waiting", func() bool { return c.Stats().Stalls == callers })
-	if n := fake.leaseCalls(); n != 2 {
+	if n := fake.LeaseCalls(); n != 2 {
 		t.Fatalf("%d callers waiting caused %d lease calls in all, want 2 (the first block and one refill)", callers, n)
 	}
-	fake.gate <- struct{}{}
+	gate <- struct{}{}
 	wg.Wait()
 	close(ids)
 	close(errs)
@@ -332,7 +333,7 @@ func TestConcurrentCallersCauseOneFetch(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	if n := fake.leaseCalls(); n != 2 {
+	if n := fake.LeaseCalls(); n != 2 {
 		t.Fatalf("lease calls = %d after the refill landed, want exactly 2", n)
 	}
 	if st := c.Stats(); st.Stalls != callers || st.Refills != 2 {
@@ -345,9 +346,9 @@ func TestConcurrentCallersCauseOneFetch(t *testing.T) {
 // for the lock; a caller alone carves its own run.
 func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "herd", BlockSize: 1000, MaxBlockSize: 1000})
-	fake.gate, fake.free = make(chan struct{}), 1
+	gate := fake.Gate(1)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // every caller on processor 0
-	c := newClient(t, FromBackend(fake), "herd", withProcs(4), withClock(newFakeClock()))
+	c := newClient(t, FromBackend(fake), "herd", withProcs(4), withClock(allocatortest.NewClock()))
 	for range 1000 {
 		mustNext(t, c)
 	}
@@ -356,7 +357,7 @@ func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
 			t.Fatalf("processor %d holds a run that no caller asked for", i)
 		}
 	}
-	eventually(t, "the second lease", func() bool { return fake.leaseCalls() == 2 })
+	eventually(t, "the second lease", func() bool { return fake.LeaseCalls() == 2 })
 	const callers = 8
 	ids := make(chan int64, callers)
 	for range callers {
@@ -369,12 +370,12 @@ func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
 		}()
 	}
 	eventually(t, "callers waiting", func() bool { return c.Stats().Stalls == callers })
-	fake.gate <- struct{}{}
+	gate <- struct{}{}
 	got := make([]int64, 0, callers)
 	for range callers {
 		got = append(got, <-ids)
 	}
-	second := fake.leased()[1]
+	second := fake.Blocks()[1]
 	seen := map[int64]bool{}
 	for _, id := range got {
 		if seen[id] || !second.Contains(id) {
@@ -392,15 +393,15 @@ func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
 // TestExpiredBlockIsNeverServed: with an injected clock, once a block's lease expires no ID of it is
 // returned, its rest is counted as discarded, and a new block is leased.
 func TestExpiredBlockIsNeverServed(t *testing.T) {
-	clk := newFakeClock()
-	fake := newFake(allocator.Namespace{Name: "ttl", BlockSize: 1_000_000, LeaseTTL: 10 * time.Second})
-	fake.now = clk.Now
+	clk := allocatortest.NewClock()
+	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"}, Now: clk.Now,
+		Namespaces: []allocator.Namespace{{Name: "ttl", BlockSize: 1_000_000, LeaseTTL: 10 * time.Second}}})
 	c := newClient(t, FromBackend(fake), "ttl", withClock(clk), withProcs(2))
 	first := mustNext(t, c)
 	for range 9 {
 		mustNext(t, c)
 	}
-	blk := fake.leased()[0]
+	blk := fake.Blocks()[0]
 	if !blk.Contains(first) {
 		t.Fatalf("first ID %d not from the first block %v", first, blk)
 	}
@@ -466,10 +467,10 @@ func TestExpiredBlockIsNeverServed(t *testing.T) {
 	eventually(t, "served + cached + discarded = leased", func() bool {
 		st := c.Stats()
 		var leased int64
-		for _, b := range fake.leased() {
+		for _, b := range fake.Blocks() {
 			leased += b.Size
 		}
-		return st.Refills == int64(len(fake.leased())) && st.Served+st.Cached+st.Discarded == leased
+		return st.Refills == int64(len(fake.Blocks())) && st.Served+st.Cached+st.Discarded == leased
 	})
 	if id := mustNext(t, c); blk.Contains(id) {
 		t.Fatalf("ID %d from the expired block", id)
@@ -478,9 +479,9 @@ func TestExpiredBlockIsNeverServed(t *testing.T) {
 
 // TestExpiryDiscardCount: the exact count of IDs dropped at expiry, on one goroutine.
 func TestExpiryDiscardCount(t *testing.T) {
-	clk := newFakeClock()
-	fake := newFake(allocator.Namespace{Name: "ttl", BlockSize: 100, MaxBlockSize: 100, LeaseTTL: time.Minute})
-	fake.now = clk.Now
+	clk := allocatortest.NewClock()
+	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"}, Now: clk.Now,
+		Namespaces: []allocator.Namespace{{Name: "ttl", BlockSize: 100, MaxBlockSize: 100, LeaseTTL: time.Minute}}})
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: no run left on another processor
 	c := newClient(t, FromBackend(fake), "ttl", withClock(clk), withProcs(1))
 	for range 30 {
@@ -499,9 +500,10 @@ func TestExpiryDiscardCount(t *testing.T) {
 // TestBlockArrivingExpiredIsRefused: a block whose expiry has passed when it lands (clocks that
 // disagree) is refused, not served.
 func TestBlockArrivingExpiredIsRefused(t *testing.T) {
-	clk := newFakeClock()
-	fake := newFake(allocator.Namespace{Name: "skew", BlockSize: 100, LeaseTTL: time.Second})
-	fake.now = func() time.Time { return clk.Now().Add(-time.Hour) } // the server's clock is an hour behind
+	clk := allocatortest.NewClock()
+	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"},
+		Now:        func() time.Time { return clk.Now().Add(-time.Hour) }, // the server's clock is an hour behind
+		Namespaces: []allocator.Namespace{{Name: "skew", BlockSize: 100, LeaseTTL: time.Second}}})
 	c := newClient(t, FromBackend(fake), "skew", withClock(clk), WithMaxWait(50*time.Millisecond))
 	// The first lease starts with the Client; Next waits 50ms at most, which a busy machine can spend
 	// before that lease is answered at all.
@@ -518,9 +520,9 @@ func TestBlockArrivingExpiredIsRefused(t *testing.T) {
 // TestFailedRefillsBackOff: failures are retried after min, 2×min, 4×min… (jitter pinned to half),
 // never sooner.
 func TestFailedRefillsBackOff(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	fake := newFake(allocator.Namespace{Name: "down"})
-	fake.err = fmt.Errorf("%w: both ticket servers down", allocator.ErrUnavailable)
+	fake.SetLeaseErr(fmt.Errorf("%w: both ticket servers down", allocator.ErrUnavailable))
 	c := newClient(t, FromBackend(fake), "down", withClock(clk), withJitter(0),
 		WithBackoff(100*time.Millisecond, 400*time.Millisecond), WithMaxWait(time.Millisecond))
 	eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
@@ -542,7 +544,7 @@ func TestFailedRefillsBackOff(t *testing.T) {
 		clk.Advance(step.advance)
 		eventually(t, fmt.Sprintf("failure %d recorded", step.calls), func() bool { return c.Stats().RefillErrors >= int64(step.calls) })
 		time.Sleep(5 * time.Millisecond) // room for a wrong early retry to show
-		if got := fake.leaseCalls(); got != step.calls {
+		if got := fake.LeaseCalls(); got != int64(step.calls) {
 			t.Fatalf("after advancing %s: %d lease calls, want %d", step.advance, got, step.calls)
 		}
 	}
@@ -574,8 +576,7 @@ func TestBackoffJitter(t *testing.T) {
 // returns ErrUnavailable by the context's deadline.
 func TestServesWhatIsLeftThenUnavailable(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
-	fake.free = 1
-	fake.gate = make(chan struct{}) // the second lease never lands
+	fake.Gate(1) // the second lease never lands
 	c := newClient(t, FromBackend(fake), "rest", WithRequestTimeout(20*time.Millisecond))
 	seen := map[int64]bool{}
 	for range 300 {
@@ -598,7 +599,7 @@ func TestServesWhatIsLeftThenUnavailable(t *testing.T) {
 	}
 	// WithMaxWait bounds a wait whose context has no deadline.
 	fake2 := newFake(allocator.Namespace{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
-	fake2.free, fake2.gate = 1, make(chan struct{})
+	fake2.Gate(1)
 	c2 := newClient(t, FromBackend(fake2), "rest", WithMaxWait(30*time.Millisecond), WithRequestTimeout(20*time.Millisecond))
 	for range 300 {
 		mustNext(t, c2)
@@ -633,7 +634,7 @@ func TestPermanentErrorsReturnAtOnce(t *testing.T) {
 // TestAdaptiveBlockSize: the size follows rate × interval within the namespace's bounds, grows with
 // demand and shrinks when it drops.
 func TestAdaptiveBlockSize(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	fake := newFake(allocator.Namespace{Name: "adapt", BlockSize: 1000, MaxBlockSize: 200_000})
 	c := newClient(t, FromBackend(fake), "adapt", withClock(clk), withProcs(1))
 	buf := make([]int64, 1)
@@ -652,7 +653,7 @@ func TestAdaptiveBlockSize(t *testing.T) {
 		clk.Advance(20 * time.Millisecond)
 		take(1000)
 	}
-	sizes := fake.requested()
+	sizes := fake.Sizes()
 	if sizes[0] != 0 {
 		t.Fatalf("first lease asked for %d, want 0 (the namespace's block size)", sizes[0])
 	}
@@ -671,7 +672,7 @@ func TestAdaptiveBlockSize(t *testing.T) {
 // TestRequestSizeFollowsDemand: rate × interval within the bounds; a rising rate is followed at once, a
 // falling one decays by half per refill; a lease TTL caps the block at half of what it would use.
 func TestRequestSizeFollowsDemand(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	c := &Client{cfg: config{clock: clk, refillInterval: time.Second}, nsBlock: 1000, nsMax: 200_000, refills: 1, rateAt: clk.Now()}
 	refill := func(perSecond int64) int64 {
 		clk.Advance(time.Second)
@@ -723,7 +724,7 @@ func TestRequestSizeFollowsDemand(t *testing.T) {
 // block's worth of IDs was taken; leases that start one after another do not each measure almost
 // nothing and halve it.
 func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	c := &Client{cfg: config{clock: clk}, lastSize: 1000, refills: 1, rateAt: clk.Now()}
 	carve := func(after time.Duration, ids int64) float64 {
 		clk.Advance(after)
@@ -754,9 +755,9 @@ func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
 // TestRefusedSizeLowersTheCap: a source that does not tell the namespace's maximum refuses a large
 // block with ErrInvalidSize; the client asks for less at once.
 func TestRefusedSizeLowersTheCap(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	fake := newFake(allocator.Namespace{Name: "cap", BlockSize: 100, MaxBlockSize: 3000})
-	fake.nsErr = errors.New("settings are for admins")
+	fake.SetNamespaceErr(errors.New("settings are for admins"))
 	c := newClient(t, FromBackend(fake), "cap", withClock(clk), withProcs(1))
 	buf := make([]int64, 100)
 	for range 100 {
@@ -766,7 +767,7 @@ func TestRefusedSizeLowersTheCap(t *testing.T) {
 		}
 	}
 	var big int
-	for _, b := range fake.leased() {
+	for _, b := range fake.Blocks() {
 		if b.Size > 3000 {
 			t.Fatalf("leased %v above the maximum", b)
 		}
@@ -775,7 +776,7 @@ func TestRefusedSizeLowersTheCap(t *testing.T) {
 		}
 	}
 	if big == 0 {
-		t.Fatalf("never grew past 1000: %v", fake.requested())
+		t.Fatalf("never grew past 1000: %v", fake.Sizes())
 	}
 }
 
@@ -804,7 +805,7 @@ func TestLowWaterMark(t *testing.T) {
 // TestPlannedLatencyRemembersTheSlowest: the mark plans for the slower of the moving average and the
 // slowest recent refill, which is forgotten at half per second.
 func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	c := &Client{cfg: config{clock: clk}}
 	step := func(after, took, want time.Duration) {
 		t.Helper()
@@ -827,7 +828,7 @@ func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
 // database) does not make the client serve an ID twice.
 func TestOverlappingBlockIsRefused(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "dup", BlockSize: 100, MaxBlockSize: 100})
-	fake.repeat = true
+	fake.SetRepeat(true)
 	c := newClient(t, FromBackend(fake), "dup", WithMaxWait(200*time.Millisecond), WithBackoff(time.Millisecond, 5*time.Millisecond))
 	seen := map[int64]bool{}
 	var err error
@@ -850,7 +851,7 @@ func TestOverlappingBlockIsRefused(t *testing.T) {
 // and the lease goroutines are gone (goleak in TestMain checks the whole package).
 func TestCloseStopsEverything(t *testing.T) {
 	fake := newFake(allocator.Namespace{Name: "close", BlockSize: 10, MaxBlockSize: 10})
-	fake.gate, fake.free = make(chan struct{}), 1
+	fake.Gate(1)
 	c, err := New(FromBackend(fake), "close")
 	if err != nil {
 		t.Fatal(err)
@@ -1004,9 +1005,9 @@ func TestClaimNeverPassesTheRun(t *testing.T) {
 // several blocks; when demand falls it goes back to one lease at a time. A manual clock sets the rate
 // and the latency, and the backend holds every lease until the test lets it land, so nobody waits.
 func TestLeasesInFlightFollowDemand(t *testing.T) {
-	clk := newFakeClock()
+	clk := allocatortest.NewClock()
 	fake := newFake(allocator.Namespace{Name: "pipe", BlockSize: 1000, MaxBlockSize: 1000})
-	fake.gate, fake.free = make(chan struct{}), 1
+	gate := fake.Gate(1)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: every cached ID is in Stats().Cached
 	c := newClient(t, FromBackend(fake), "pipe", withClock(clk), withProcs(1), WithMaxInFlight(4))
 	buf := make([]int64, 100)
@@ -1022,7 +1023,7 @@ func TestLeasesInFlightFollowDemand(t *testing.T) {
 		t.Helper()
 		refills := c.Stats().Refills
 		select {
-		case fake.gate <- struct{}{}:
+		case gate <- struct{}{}:
 		case <-time.After(10 * time.Second):
 			t.Fatal("no lease waits to land")
 		}
@@ -1034,10 +1035,10 @@ func TestLeasesInFlightFollowDemand(t *testing.T) {
 	// Tens of thousands of IDs a second; the second lease starts below the mark and takes 300ms.
 	clk.Advance(10 * time.Millisecond)
 	take(900)
-	eventually(t, "the second lease", func() bool { return fake.leaseCalls() == 2 })
+	eventually(t, "the second lease", func() bool { return fake.LeaseCalls() == 2 })
 	clk.Advance(300 * time.Millisecond)
 	land()
-	eventually(t, "four leases in flight", func() bool { return fake.leaseCalls() == 6 })
+	eventually(t, "four leases in flight", func() bool { return fake.LeaseCalls() == 6 })
 	st := c.Stats()
 	if st.InFlight != 4 || st.PeakInFlight != 4 || st.LowWater <= 4*1000+st.Cached {
 		t.Fatalf("stats %+v: want 4 leases in flight (WithMaxInFlight), below a mark they cannot reach", st)
@@ -1047,7 +1048,7 @@ func TestLeasesInFlightFollowDemand(t *testing.T) {
 		take(100)
 	}
 	time.Sleep(5 * time.Millisecond) // room for a wrong fifth lease to show
-	if n, st := fake.leaseCalls(), c.Stats(); n != 6 || st.InFlight != 4 {
+	if n, st := fake.LeaseCalls(), c.Stats(); n != 6 || st.InFlight != 4 {
 		t.Fatalf("%d lease calls, %d in flight, want 6 and 4", n, st.InFlight)
 	}
 	// The leases land; others replace them, never more than four in flight, until the IDs cached

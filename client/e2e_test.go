@@ -1,16 +1,12 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,77 +42,22 @@ func preparePair(t *testing.T, ns allocator.Namespace) []string {
 	return dsns
 }
 
-// ticketdProc is a `ticketd serve` process.
-type ticketdProc struct {
-	url    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	mu     sync.Mutex
-	log    strings.Builder
-}
-
 // pairStore is the flag of `ticketd serve` that puts it on the pair.
 func pairStore(dsns []string) []string { return []string{"--mysql", testenv.DSNList(dsns)} }
 
 // startTicketd runs `ticketd serve` on the store that the flags choose (pairStore, or --data-dir for
 // the embedded store), on a free loopback port, with an admin token and a token for each namespace
 // given, and waits until it is ready. It is killed when the test ends.
-func startTicketd(t testing.TB, store []string, namespaces ...string) *ticketdProc {
+func startTicketd(t testing.TB, store []string, namespaces ...string) *testenv.Serve {
 	t.Helper()
-	bin := ticketdBinary(t)
 	var tokens []string
 	for _, ns := range namespaces {
 		tokens = append(tokens, ns+"="+e2eNSToken)
 	}
-	p := &ticketdProc{exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, store...)...)
-	// Tokens through the environment, as the docs advise; no other TICKETD_* setting of the caller's
-	// shell leaks in.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TICKETD_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, "TICKETD_ADMIN_TOKEN="+e2eAdminToken, "TICKETD_TOKENS="+strings.Join(tokens, ","))
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.kill)
-	addr := make(chan string, 1)
-	go func() {
-		defer close(p.exited)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			if p.log.Len() < 1<<20 {
-				p.log.WriteString(line + "\n")
-			}
-			p.mu.Unlock()
-			var rec struct{ Msg, URL string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" && rec.URL != "" {
-				select {
-				case addr <- rec.URL:
-				default:
-				}
-			}
-		}
-		_ = p.cmd.Wait()
-	}()
-	select {
-	case p.url = <-addr:
-	case <-p.exited:
-		t.Fatalf("ticketd serve exited before listening:\n%s", p.logs())
-	case <-time.After(time.Minute):
-		t.Fatalf("ticketd serve did not listen within a minute:\n%s", p.logs())
-	}
+	// Tokens through the environment, as the docs advise.
+	p := testenv.StartServe(t, []string{"TICKETD_ADMIN_TOKEN=" + e2eAdminToken, "TICKETD_TOKENS=" + strings.Join(tokens, ",")}, store...)
 	eventually(t, "ticketd ready", func() bool {
-		resp, err := http.Get(p.url + "/readyz")
+		resp, err := http.Get(p.URL + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -124,23 +65,6 @@ func startTicketd(t testing.TB, store []string, namespaces ...string) *ticketdPr
 		return resp.StatusCode == http.StatusOK
 	})
 	return p
-}
-
-func (p *ticketdProc) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-// kill ends the process at once (SIGKILL: no graceful shutdown) and waits for it.
-func (p *ticketdProc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
 }
 
 // e2eLoad runs goroutines that take IDs from c until stop is closed or each has taken perG; every ID
@@ -235,7 +159,7 @@ func (l *e2eLoad) wait(t *testing.T) {
 func TestE2EUniqueThroughTicketd(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "e2e"})
 	td := startTicketd(t, pairStore(dsns), "e2e")
-	c := newClient(t, HTTP(td.url), "e2e", WithToken(e2eNSToken))
+	c := newClient(t, HTTP(td.URL), "e2e", WithToken(e2eNSToken))
 	const goroutines, perG = 64, 1_000_000
 	set := newIDSet()
 	start := time.Now()
@@ -261,7 +185,7 @@ func TestE2EFailoverAndBothDown(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "fo", BlockSize: 1000, MaxBlockSize: 50_000})
 	a := startTicketd(t, pairStore(dsns), "fo")
 	b := startTicketd(t, pairStore(dsns), "fo")
-	c := newClient(t, HTTP(a.url, b.url), "fo", WithToken(e2eNSToken), WithRefillInterval(20*time.Millisecond),
+	c := newClient(t, HTTP(a.URL, b.URL), "fo", WithToken(e2eNSToken), WithRefillInterval(20*time.Millisecond),
 		WithBackoff(5*time.Millisecond, 100*time.Millisecond), WithRequestTimeout(2*time.Second))
 	set := newIDSet()
 	l := startLoad(c, set, 16, 0)
@@ -269,7 +193,7 @@ func TestE2EFailoverAndBothDown(t *testing.T) {
 		st := c.Stats()
 		return st.Endpoints[0].Leases > 2 && st.Endpoints[1].Leases > 2
 	})
-	b.kill()
+	b.Kill()
 	killedAt, refillsAt := l.served.Load(), c.Stats().Refills
 	eventually(t, "IDs and refills after one replica died", func() bool {
 		return l.served.Load() > killedAt+500_000 && c.Stats().Refills > refillsAt+10
@@ -282,7 +206,7 @@ func TestE2EFailoverAndBothDown(t *testing.T) {
 	}
 	t.Logf("%d IDs before the kill, %d in all; endpoints %+v", killedAt, l.served.Load(), st.Endpoints)
 
-	a.kill()
+	a.Kill()
 	after, err := drain(c, set, time.Second)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("with both replicas gone: %v, want ErrUnavailable", err)
@@ -321,22 +245,6 @@ func TestFromBackendOnThePair(t *testing.T) {
 	}
 	st := c.Stats()
 	t.Logf("%d IDs, %d refills, latency %s, %d stalls", st.Served, st.Refills, st.RefillLatency, st.Stalls)
-}
-
-// freeze stops the process without ending it (SIGSTOP): the kernel still accepts connections on its
-// port and takes requests into its buffers, but nothing answers. thaw lets it run again.
-func (p *ticketdProc) freeze(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (p *ticketdProc) thaw(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // pacedLoad is goroutines that each take burst IDs with Next, then sleep a millisecond, until stopped;
@@ -421,7 +329,7 @@ func TestE2EHedgesAroundAHungReplica(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "hedge", BlockSize: 100, MaxBlockSize: 1000})
 	a := startTicketd(t, pairStore(dsns), "hedge")
 	b := startTicketd(t, pairStore(dsns), "hedge")
-	c := newClient(t, HTTP(a.url, b.url), "hedge", WithToken(e2eNSToken), WithRequestTimeout(10*time.Second),
+	c := newClient(t, HTTP(a.URL, b.URL), "hedge", WithToken(e2eNSToken), WithRequestTimeout(10*time.Second),
 		WithMaxWait(30*time.Second), WithBackoff(5*time.Millisecond, 200*time.Millisecond))
 	set := newIDSet()
 	l := startPaced(c, set, 4, 5)
@@ -432,11 +340,17 @@ func TestE2EHedgesAroundAHungReplica(t *testing.T) {
 	l.measure.Store(true)
 	time.Sleep(500 * time.Millisecond)
 	frozenAt := time.Now()
-	a.freeze(t)
+	// SIGSTOP: the kernel still accepts connections on a's port and takes requests into its buffers,
+	// but nothing answers until SIGCONT.
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	before := c.Stats()
 	time.Sleep(3 * time.Second)
 	during := c.Stats()
-	a.thaw(t)
+	if err := a.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(2 * time.Second)
 	longest, at := l.halt(t)
 	set.check(t, l.served.Load())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/internal/hedge"
 )
 
@@ -233,7 +234,7 @@ func TestSpares(t *testing.T) {
 		{name: "closed", cached: 100, lowWater: 50, spare: blk(1000), closed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Client{cfg: config{clock: newFakeClock()}.withDefaults(), avail: make(chan struct{}),
+			c := &Client{cfg: config{clock: allocatortest.NewClock()}.withDefaults(), avail: make(chan struct{}),
 				lowWater: tc.lowWater, lastSize: 100, rate: tc.rate, closed: tc.closed}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
 			c.uncarved = tc.cached
@@ -248,24 +249,24 @@ func TestSpares(t *testing.T) {
 // TestOneURLOnlyCountsSlowRefills: with nowhere to hedge to, a refill past the hedge delay is counted
 // and nothing else changes: no second lease, and the mark does not cover the delay.
 func TestOneURLOnlyCountsSlowRefills(t *testing.T) {
-	for name, src := range map[string]func(*fakeBackend) Source{
-		"FromBackend": func(f *fakeBackend) Source { return FromBackend(f) },
-		"one URL": func(f *fakeBackend) Source {
+	for name, src := range map[string]func(*allocatortest.Fake) Source{
+		"FromBackend": func(f *allocatortest.Fake) Source { return FromBackend(f) },
+		"one URL": func(f *allocatortest.Fake) Source {
 			_, srv := startContract(t, f, "")
 			return HTTP(srv.URL)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fake := newFake(allocator.Namespace{Name: "one", BlockSize: 100, MaxBlockSize: 100})
-			fake.delay = 100 * time.Millisecond
+			fake.SetDelay(100 * time.Millisecond)
 			c := newClient(t, src(fake), "one", WithHedgeDelay(5*time.Millisecond))
 			for range 5 * 100 {
 				mustNext(t, c)
 			}
 			eventually(t, "slow refills counted", func() bool { return c.Stats().SlowRefills >= 3 })
-			calls := fake.leaseCalls() // each belongs to a lease that is, a moment later, cached or in flight
+			calls := fake.LeaseCalls() // each belongs to a lease that is, a moment later, cached or in flight
 			st := c.Stats()
-			if st.Hedges != 0 || st.HedgesWon != 0 || calls > int(st.Refills)+st.InFlight {
+			if st.Hedges != 0 || st.HedgesWon != 0 || calls > st.Refills+int64(st.InFlight) {
 				t.Fatalf("slow refills %d, hedges %d, won %d; %d leases for %d refills and %d in flight",
 					st.SlowRefills, st.Hedges, st.HedgesWon, calls, st.Refills, st.InFlight)
 			}
@@ -324,7 +325,6 @@ func TestHedgesLeaveNoDuplicate(t *testing.T) {
 	c := newClient(t, HTTP(flaky.srv.URL, ok.srv.URL), "d", WithHedgeDelay(2*time.Millisecond),
 		WithRefillInterval(10*time.Millisecond))
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	go func() { // a late answer now and then
 		for {
 			select {
@@ -337,24 +337,9 @@ func TestHedgesLeaveNoDuplicate(t *testing.T) {
 	}()
 	const goroutines, perG = 8, 50_000
 	set := newIDSet()
-	errs := make(chan error, goroutines)
-	for range goroutines {
-		wg.Go(func() {
-			add := set.adder()
-			for range perG {
-				id, err := c.Next(context.Background())
-				if err != nil {
-					errs <- err
-					return
-				}
-				add.add(id)
-			}
-		})
-	}
-	wg.Wait()
+	err := takeConcurrently(c, set, goroutines, perG)
 	close(stop)
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		t.Fatal(err)
 	}
 	set.check(t, goroutines*perG)

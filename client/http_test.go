@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/api"
 )
 
@@ -141,26 +142,7 @@ func TestHTTPUniqueAcrossTwoServers(t *testing.T) {
 	c := newClient(t, HTTP(srvA.URL, srvB.URL+"/"), "orders", WithToken("tok"), WithRefillInterval(10*time.Millisecond))
 	const goroutines, perG = 32, 20_000
 	set := newIDSet()
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			add := set.adder()
-			for range perG {
-				id, err := c.Next(context.Background())
-				if err != nil {
-					errs <- err
-					return
-				}
-				add.add(id)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := takeConcurrently(c, set, goroutines, perG); err != nil {
 		t.Fatal(err)
 	}
 	set.check(t, goroutines*perG)
@@ -351,7 +333,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 				writeError(w, status, "busy", "try later")
 			}))
 			defer srv.Close()
-			clk := newFakeClock()
+			clk := allocatortest.NewClock()
 			c := newClient(t, HTTP(srv.URL), "ns", withClock(clk), WithMaxWait(time.Millisecond))
 			eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
 			c.mu.Lock()
@@ -394,9 +376,9 @@ func TestHTTPLearnsTheNamespaceMaximum(t *testing.T) {
 	if nsMax != 700 || ttl != time.Hour {
 		t.Fatalf("learnt max %d, ttl %s; want 700, 1h", nsMax, ttl)
 	}
-	for _, s := range fake.requested() {
+	for _, s := range fake.Sizes() {
 		if s > 700 {
-			t.Fatalf("asked for %d, above the maximum 700: %v", s, fake.requested())
+			t.Fatalf("asked for %d, above the maximum 700: %v", s, fake.Sizes())
 		}
 	}
 	if st := c.Stats(); st.RefillErrors != 0 {

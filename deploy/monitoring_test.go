@@ -21,11 +21,7 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
-// ticketdBin is the ticketd binary that TestMain builds, so that the metrics the monitoring files
-// name are checked against a real `ticketd serve`.
-var ticketdBin string
-
-func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m, &ticketdBin)) }
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m)) }
 
 const (
 	monAdmin = "monitoring-admin-token-0123456789"
@@ -238,8 +234,8 @@ func TestMonitoringNamesServedMetrics(t *testing.T) {
 // embeddedMetrics starts `ticketd serve` on an embedded store, leases IDs of a namespace and returns
 // the names of the series on /metrics.
 func embeddedMetrics(t *testing.T) map[string]bool {
-	url := testenv.StartServe(t, ticketdBin, []string{"TICKETD_ADMIN_TOKEN=" + monAdmin, "TICKETD_TOKENS=orders=" + monToken},
-		"--data-dir", t.TempDir())
+	url := testenv.StartServe(t, []string{"TICKETD_ADMIN_TOKEN=" + monAdmin, "TICKETD_TOKENS=orders=" + monToken},
+		"--data-dir", t.TempDir()).URL
 	monCall(t, "PUT", url+"/v1/namespaces/orders", monAdmin, `{"block_size":100}`, 201)
 	for range 20 {
 		monCall(t, "POST", url+"/v1/namespaces/orders/blocks", monToken, `{"size":50}`, 200)
@@ -253,12 +249,8 @@ func embeddedMetrics(t *testing.T) map[string]bool {
 func pairMetrics(t *testing.T) map[string]bool {
 	dsns := testenv.Pair(t)
 	env := []string{"TICKETD_MYSQL=" + testenv.DSNList(dsns), "TICKETD_ADMIN_TOKEN=" + monAdmin, "TICKETD_TOKENS=orders=" + monToken}
-	migrate := exec.Command(ticketdBin, "migrate")
-	migrate.Env = append(os.Environ(), env...)
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("ticketd migrate: %v\n%s", err, out)
-	}
-	url := testenv.StartServe(t, ticketdBin, env, "--cache=false", "--attempt-timeout", "300ms")
+	testenv.RunTicketd(t, env, "migrate")
+	url := testenv.StartServe(t, env, "--cache=false", "--attempt-timeout", "300ms").URL
 	monCall(t, "PUT", url+"/v1/namespaces/orders", monAdmin, `{"block_size":100}`, 201)
 	monCall(t, "POST", url+"/v1/namespaces/orders/blocks", monToken, `{"size":10}`, 200)
 

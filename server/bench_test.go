@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
@@ -182,7 +183,7 @@ func counterTotal(t testing.TB, m *Metrics, name string) float64 {
 //
 //	go test -run '^$' -bench BenchmarkHandler -benchmem ./server/
 func BenchmarkHandler(b *testing.B) {
-	f := newFake(nil)
+	f := allocatortest.NewFake(allocatortest.Config{})
 	if _, err := f.CreateNamespace(context.Background(), allocator.Namespace{Name: "bench"}); err != nil {
 		b.Fatal(err)
 	}

@@ -20,13 +20,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newCache returns a cache on a fake pair with namespace "orders" (block size 10) and the given
 // settings; clk may be nil for the real clock.
-func newCache(t *testing.T, clk *fakeClock, ns allocator.Namespace, cfg CacheConfig) (*segmentCache, *fakeBackend) {
+func newCache(t *testing.T, clk *allocatortest.Clock, ns allocator.Namespace, cfg CacheConfig) (*segmentCache, *allocatortest.Fake) {
 	t.Helper()
 	now := time.Now
 	if clk != nil {
 		now = clk.Now
 	}
-	f := newFake(now)
+	f := allocatortest.NewFake(allocatortest.Config{Now: now})
 	if ns.Name == "" {
 		ns.Name = "orders"
 	}
@@ -108,7 +108,7 @@ func TestCacheUniqueUnderConcurrency(t *testing.T) {
 		t.Fatalf("%d blocks from the backend, want at least the %d large ones", got, direct)
 	}
 	// Every segment lease serves many requests.
-	if segs := f.leases.Load() - int64(len(blocks)-cached); segs <= 0 || segs > int64(cached)/20 {
+	if segs := f.Leases() - int64(len(blocks)-cached); segs <= 0 || segs > int64(cached)/20 {
 		t.Fatalf("%d segment leases for %d cached blocks", segs, cached)
 	}
 	for _, b := range blocks {
@@ -178,7 +178,7 @@ func TestCacheOneCallForConcurrentCallers(t *testing.T) {
 	if _, err := c.space("orders").loadSettings(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
-	release := f.hold()
+	release := f.Hold()
 	const callers = 50
 	results := make(chan allocator.Block, callers)
 	for i := 0; i < callers; i++ {
@@ -191,11 +191,11 @@ func TestCacheOneCallForConcurrentCallers(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for f.leaseCalls.Load() == 0 && time.Now().Before(deadline) {
+	for f.LeaseCalls() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // give the others time to (wrongly) call too
-	if n := f.leaseCalls.Load(); n != 1 {
+	if n := f.LeaseCalls(); n != 1 {
 		t.Fatalf("%d backend calls in flight for one namespace, want 1", n)
 	}
 	release()
@@ -207,7 +207,7 @@ func TestCacheOneCallForConcurrentCallers(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle(t, c, "orders")
-	if n := f.leases.Load(); n > 2 { // the segment, and perhaps the prefetch of the next
+	if n := f.Leases(); n > 2 { // the segment, and perhaps the prefetch of the next
 		t.Fatalf("%d leases", n)
 	}
 }
@@ -226,17 +226,16 @@ func TestCachePrefetchesFromTheOtherServer(t *testing.T) {
 	}
 	take(1)
 	idle(t, c, "orders")
-	if n := f.leases.Load(); n != 1 {
+	if n := f.Leases(); n != 1 {
 		t.Fatalf("%d leases after the first request, want 1 (no prefetch before half is used)", n)
 	}
 	take(50) // past half of the 100 blocks of the first segment
 	idle(t, c, "orders")
-	if n := f.leases.Load(); n != 2 {
+	if n := f.Leases(); n != 2 {
 		t.Fatalf("%d leases, want the prefetch of the next segment", n)
 	}
-	f.mu.Lock()
-	first, second := f.prefers[0], f.prefers[1]
-	f.mu.Unlock()
+	prefers := f.Prefers()
+	first, second := prefers[0], prefers[1]
 	if second == "" || second == first && first != "" {
 		t.Fatalf("prefers %q then %q, want the other server", first, second)
 	}
@@ -253,12 +252,11 @@ func TestCachePrefetchesFromTheOtherServer(t *testing.T) {
 	if cur == "a" {
 		other = "b"
 	}
-	f.setHealthy(other, false)
+	f.SetDown(other, "")
 	take(200)
 	idle(t, c, "orders")
-	f.mu.Lock()
-	last := f.prefers[len(f.prefers)-1]
-	f.mu.Unlock()
+	prefers = f.Prefers()
+	last := prefers[len(prefers)-1]
 	if last != cur {
 		t.Fatalf("with %s down the cache preferred %q", other, last)
 	}
@@ -267,7 +265,7 @@ func TestCachePrefetchesFromTheOtherServer(t *testing.T) {
 // TestCacheSegmentSizeAdapts: segments used up quickly double, up to the maximum; segments that last
 // long halve, down to the minimum.
 func TestCacheSegmentSizeAdapts(t *testing.T) {
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	c, f := newCache(t, clk, allocator.Namespace{BlockSize: 10}, CacheConfig{MinSegment: 1000, MaxSegment: 16_000, Target: 10 * time.Second})
 	ctx := context.Background()
 	drain := func(ids int64, step time.Duration) {
@@ -280,9 +278,7 @@ func TestCacheSegmentSizeAdapts(t *testing.T) {
 		}
 	}
 	drain(100_000, 0) // the clock stands still: every segment lasts 0s
-	f.mu.Lock()
-	sizes := append([]int64(nil), f.sizes...)
-	f.mu.Unlock()
+	sizes := f.Sizes()
 	if sizes[0] != 1000 || sizes[len(sizes)-1] != 16_000 {
 		t.Fatalf("segment sizes %v, want 1000 doubling to 16000", sizes)
 	}
@@ -294,9 +290,7 @@ func TestCacheSegmentSizeAdapts(t *testing.T) {
 	// Now 100 IDs a second: a 16,000 segment lasts 160s, far over twice the target.
 	n := len(sizes)
 	drain(60_000, time.Second)
-	f.mu.Lock()
-	sizes = append([]int64(nil), f.sizes[n:]...)
-	f.mu.Unlock()
+	sizes = f.Sizes()[n:]
 	if len(sizes) == 0 || sizes[len(sizes)-1] >= 16_000 {
 		t.Fatalf("segment sizes at a slow rate %v, want them to shrink", sizes)
 	}
@@ -310,7 +304,7 @@ func TestCacheSegmentSizeAdapts(t *testing.T) {
 // with as many leases in flight, and requests stop waiting; when demand falls, one ahead is enough
 // again. A manual clock sets how long segments last and leases take.
 func TestCacheLeasesSeveralAheadWhenASegmentDoesNotLastALease(t *testing.T) {
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	c, f := newCache(t, clk, allocator.Namespace{BlockSize: 10}, CacheConfig{MinSegment: 1000, MaxSegment: 1000, MaxAhead: 4})
 	ctx := context.Background()
 	take := func(n int) {
@@ -337,7 +331,7 @@ func TestCacheLeasesSeveralAheadWhenASegmentDoesNotLastALease(t *testing.T) {
 
 	// The first segment is used up in 10ms, while the lease of the next, started at its threshold,
 	// takes 100ms: a request waits for it.
-	release := f.hold()
+	release := f.Hold()
 	take(2)
 	clk.Advance(10 * time.Millisecond)
 	take(7)
@@ -354,12 +348,12 @@ func TestCacheLeasesSeveralAheadWhenASegmentDoesNotLastALease(t *testing.T) {
 	}
 
 	// 100ms leases for segments that last 10ms: at the next threshold four leases start at once.
-	release = f.hold()
+	release = f.Hold()
 	take(1)
-	for (view().Fetches != 4 || f.leaseCalls.Load() != 6) && time.Now().Before(deadline) {
+	for (view().Fetches != 4 || f.LeaseCalls() != 6) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if v, n := view(), f.leaseCalls.Load(); v.Fetches != 4 || n != 6 {
+	if v, n := view(), f.LeaseCalls(); v.Fetches != 4 || n != 6 {
 		t.Fatalf("%d backend calls in flight, %d lease calls in all: want MaxAhead's 4, and 6", v.Fetches, n)
 	}
 	release()
@@ -397,17 +391,15 @@ func TestCacheLargeRequestsGoToTheBackend(t *testing.T) {
 	if err != nil || cached || blk.Size != 2001 {
 		t.Fatalf("%v cached=%v %v", blk, cached, err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.sizes) != 1 || f.sizes[0] != 2001 {
-		t.Fatalf("backend leases %v, want one of 2001", f.sizes)
+	if sizes := f.Sizes(); len(sizes) != 1 || sizes[0] != 2001 {
+		t.Fatalf("backend leases %v, want one of 2001", sizes)
 	}
 }
 
 // TestCacheHonoursTTL: blocks keep their segment's expiry; a segment past half its TTL serves no
 // more and is replaced.
 func TestCacheHonoursTTL(t *testing.T) {
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	c, f := newCache(t, clk, allocator.Namespace{BlockSize: 10, LeaseTTL: time.Minute}, CacheConfig{MinSegment: 1000, PrefetchAt: 0.9})
 	ctx := context.Background()
 	first, _, err := c.lease(ctx, "orders", 10, "")
@@ -419,16 +411,16 @@ func TestCacheHonoursTTL(t *testing.T) {
 	}
 	clk.Advance(20 * time.Second)
 	second, _, _ := c.lease(ctx, "orders", 10, "")
-	if !second.ExpiresAt.Equal(first.ExpiresAt) || f.leases.Load() != 1 {
-		t.Fatalf("a block from the same segment expires %v (first %v); %d leases", second.ExpiresAt, first.ExpiresAt, f.leases.Load())
+	if !second.ExpiresAt.Equal(first.ExpiresAt) || f.Leases() != 1 {
+		t.Fatalf("a block from the same segment expires %v (first %v); %d leases", second.ExpiresAt, first.ExpiresAt, f.Leases())
 	}
 	clk.Advance(11 * time.Second) // 31s: past half the TTL
 	third, _, err := c.lease(ctx, "orders", 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.leases.Load() != 2 || !third.ExpiresAt.Equal(clk.Now().Add(time.Minute)) {
-		t.Fatalf("after half the TTL: %d leases, block expires %v", f.leases.Load(), third.ExpiresAt)
+	if f.Leases() != 2 || !third.ExpiresAt.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("after half the TTL: %d leases, block expires %v", f.Leases(), third.ExpiresAt)
 	}
 	if third.Server == first.Server && third.Start <= first.Start {
 		t.Fatalf("the new segment %v does not follow %v", third, first)
@@ -465,7 +457,7 @@ func TestCacheKeepsServingWhenAFetchFails(t *testing.T) {
 	}
 	idle(t, c, "orders")
 	down := fmt.Errorf("%w: both fake servers down", allocator.ErrUnavailable)
-	f.setLeaseErr(down)
+	f.SetLeaseErr(down)
 	served := 1
 	for ; served < 100; served++ {
 		if _, _, err := c.lease(ctx, "orders", 10, ""); err != nil {
@@ -473,16 +465,16 @@ func TestCacheKeepsServingWhenAFetchFails(t *testing.T) {
 		}
 	}
 	idle(t, c, "orders")
-	calls := f.leaseCalls.Load()
+	calls := f.LeaseCalls()
 	for i := 0; i < 200; i++ {
 		if _, _, err := c.lease(ctx, "orders", 10, ""); !errors.Is(err, allocator.ErrUnavailable) {
 			t.Fatalf("with the cache empty and the backend down: %v", err)
 		}
 	}
-	if extra := f.leaseCalls.Load() - calls; extra > 20 {
+	if extra := f.LeaseCalls() - calls; extra > 20 {
 		t.Fatalf("%d backend calls for 200 requests while it was down; want a backoff", extra)
 	}
-	f.setLeaseErr(nil)
+	f.SetLeaseErr(nil)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, _, err := c.lease(ctx, "orders", 10, ""); err == nil {
@@ -548,15 +540,15 @@ func TestCacheClosed(t *testing.T) {
 // TestCacheRefusesASegmentStaleOnArrival: a backend whose clock is an hour behind hands out segments
 // that expire at once; the cache refuses them with one call instead of leasing in a loop.
 func TestCacheRefusesASegmentStaleOnArrival(t *testing.T) {
-	clk := newClock()
-	f := newFake(func() time.Time { return clk.Now().Add(-time.Hour) })
+	clk := allocatortest.NewClock()
+	f := allocatortest.NewFake(allocatortest.Config{Now: func() time.Time { return clk.Now().Add(-time.Hour) }})
 	if _, err := f.CreateNamespace(context.Background(), allocator.Namespace{Name: "orders", LeaseTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	c := newSegmentCache(CacheConfig{}, f, NewMetrics(), quiet, clk.Now)
 	defer c.close()
 	_, _, err := c.lease(context.Background(), "orders", 10, "")
-	if !errors.Is(err, allocator.ErrUnavailable) || f.leaseCalls.Load() != 1 {
-		t.Fatalf("%v after %d backend calls", err, f.leaseCalls.Load())
+	if !errors.Is(err, allocator.ErrUnavailable) || f.LeaseCalls() != 1 {
+		t.Fatalf("%v after %d backend calls", err, f.LeaseCalls())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/api"
 )
 
@@ -22,8 +23,8 @@ import (
 func unchanged(t *testing.T, s *testServer, what, before string, calls int64) {
 	t.Helper()
 	waitIdle(t, s.Server)
-	if after := fmt.Sprint(s.fake.counters()); after != before || s.fake.calls() != calls {
-		t.Errorf("%s was refused but reached the backend (%d calls): %s → %s", what, s.fake.calls()-calls, before, after)
+	if after := fmt.Sprint(s.fake.Counters()); after != before || s.fake.Calls() != calls {
+		t.Errorf("%s was refused but reached the backend (%d calls): %s → %s", what, s.fake.Calls()-calls, before, after)
 	}
 }
 
@@ -34,7 +35,7 @@ func unchanged(t *testing.T, s *testServer, what, before string, calls int64) {
 func TestOpenServerRefusesWebPages(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.Auth = Auth{Disabled: true}; c.CreateOnLease = true })
 	waitIdle(t, s.Server)
-	before, calls := fmt.Sprint(s.fake.counters()), s.fake.calls()
+	before, calls := fmt.Sprint(s.fake.Counters()), s.fake.Calls()
 	for _, c := range []struct {
 		name   string
 		r      request
@@ -121,7 +122,7 @@ func TestAnonymousCallersLearnNothing(t *testing.T) {
 	const metricsTok = "metrics-scraper-token-0123456789"
 	const dbError = "Error 1045 (28000): Access denied for user 'tkd'@'127.0.0.1' (using password: YES)"
 	s := newTestServer(t, func(c *Config) { c.Auth.Metrics = metricsTok })
-	s.fake.fence("a", dbError)
+	s.fake.Fence("a", dbError)
 	s.do(t, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok})
 
 	for _, tok := range []string{"", ordersTok, metricsTok} {
@@ -135,13 +136,13 @@ func TestAnonymousCallersLearnNothing(t *testing.T) {
 	if r := decode[api.Readiness](t, w); len(r.Servers) != 2 || r.Servers[0].Reason != dbError {
 		t.Fatalf("the admin's /readyz lacks the servers and the reason: %s", w.Body.String())
 	}
-	s.fake.setHealthy("b", false)
+	s.fake.SetDown("b", "")
 	w = s.do(t, request{method: "GET", path: "/readyz"})
 	if e := decode[api.Readiness](t, w); w.Code != 503 || e.Error == nil || e.Error.Code != api.CodeNotReady ||
 		strings.Contains(w.Body.String(), "Access denied") || strings.Contains(w.Body.String(), "servers") {
 		t.Fatalf("anonymous /readyz with no server usable: %d %s", w.Code, w.Body.String())
 	}
-	s.fake.setHealthy("b", true)
+	s.fake.SetUp("b")
 
 	for _, c := range []struct {
 		tok  string
@@ -184,7 +185,7 @@ func TestAnonymousCallersLearnNothing(t *testing.T) {
 // answered 429 with Retry-After for every token, the right one included, until it has waited; other
 // addresses are not affected, and nothing reaches the backend.
 func TestFailedLoginsAreLoggedCountedAndLimited(t *testing.T) {
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	s := newTestServer(t, func(c *Config) { c.now = clk.Now; c.AuthFailureBurst, c.AuthFailureRate = 5, 0.1 })
 	from := func(addr, tok string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/v1/namespaces/orders", nil)
@@ -195,7 +196,7 @@ func TestFailedLoginsAreLoggedCountedAndLimited(t *testing.T) {
 		return w
 	}
 	waitIdle(t, s.Server)
-	before, calls := fmt.Sprint(s.fake.counters()), s.fake.calls()
+	before, calls := fmt.Sprint(s.fake.Counters()), s.fake.Calls()
 	var wrong []string
 	for i := range 5 {
 		tok := fmt.Sprintf("guess-%02d-abcdefghijklmnop", i)
@@ -255,7 +256,7 @@ func grepLines(text, substr string) string {
 // the rest, is internal/ratelimit's TestNewKeyForgetsOnlyTheLeastRecentlyUsed.)
 func TestRateLimitKeysAreBounded(t *testing.T) {
 	const keys = 100
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	s := newTestServer(t, func(c *Config) {
 		c.now, c.rateKeys = clk.Now, keys
 		c.Auth = Auth{Disabled: true}

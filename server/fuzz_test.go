@@ -105,11 +105,11 @@ func FuzzHandler(f *testing.F) {
 			t.Fatalf("warm-up lease: %d %s", w.Code, w.Body.String())
 		}
 		if mode&fuzzServerOut != 0 {
-			s.fake.setHealthy("a", false)
-			s.fake.setHealthy("b", false)
+			s.fake.SetDown("a", "")
+			s.fake.SetDown("b", "")
 		}
 		waitIdle(t, s.Server)
-		before, leases, writes := fmt.Sprint(s.fake.counters()), s.fake.leases.Load(), s.fake.writes.Load()
+		before, leases, writes := fmt.Sprint(s.fake.Counters()), s.fake.Leases(), s.fake.Writes()
 
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, req)
@@ -126,7 +126,7 @@ func FuzzHandler(f *testing.F) {
 		if w.Header().Get("X-Request-Id") == "" {
 			t.Fatal("no X-Request-Id")
 		}
-		if s.fake.badNames.Load() != 0 {
+		if s.fake.BadNames() != 0 {
 			t.Fatalf("an invalid namespace name reached the backend (%s %q)", req.Method, req.URL.Path)
 		}
 		for _, known := range []string{adminTok, ordersTok, linksTok} {
@@ -154,9 +154,9 @@ func FuzzHandler(f *testing.F) {
 		if (status == 429 || status == 503) && w.Header().Get("Retry-After") == "" {
 			t.Fatalf("%d without Retry-After", status)
 		}
-		if after := fmt.Sprint(s.fake.counters()); after != before || s.fake.leases.Load() != leases || s.fake.writes.Load() != writes {
+		if after := fmt.Sprint(s.fake.Counters()); after != before || s.fake.Leases() != leases || s.fake.Writes() != writes {
 			t.Fatalf("refused with %d, but the backend moved: counters %s → %s, leases %d → %d, writes %d → %d",
-				status, before, after, leases, s.fake.leases.Load(), writes, s.fake.writes.Load())
+				status, before, after, leases, s.fake.Leases(), writes, s.fake.Writes())
 		}
 	})
 }

@@ -179,7 +179,7 @@ func TestCacheHedgesAroundAHungServer(t *testing.T) {
 		return longest
 	}
 	take(300) // three segments, from a and b in turn
-	release := f.hang("a")
+	release := f.Hang("a")
 	defer release()
 	if longest := take(2000); longest > 5*time.Second {
 		t.Fatalf("a request waited %s with a hedge delay of 10ms", longest)
@@ -189,12 +189,12 @@ func TestCacheHedgesAroundAHungServer(t *testing.T) {
 	if sent == 0 || won == 0 {
 		t.Fatalf("%d hedges sent, %d won: the hung server was not hedged around", sent, won)
 	}
-	before := f.leases.Load()
+	before := f.Leases()
 	release() // the held leases answer: their segments are spares, served in turn
 	idle(t, c, "orders")
-	if f.leases.Load() == before {
+	if f.Leases() == before {
 		t.Fatalf("no held lease answered")
 	}
-	take(int(f.leases.Load()) * 100) // every segment leased, spares included, and more
-	t.Logf("%d hedges sent, %d won; %d segments leased; %d IDs", sent, won, f.leases.Load(), len(seen))
+	take(int(f.Leases()) * 100) // every segment leased, spares included, and more
+	t.Logf("%d hedges sent, %d won; %d segments leased; %d IDs", sent, won, f.Leases(), len(seen))
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/api"
 )
 
@@ -84,7 +85,7 @@ func TestAuthMatrix(t *testing.T) {
 			{"admin token", "Bearer " + adminTok, rt.want.admin},
 		} {
 			waitIdle(t, s.Server)
-			before, writes := fmt.Sprint(s.fake.counters()), s.fake.writes.Load()
+			before, writes := fmt.Sprint(s.fake.Counters()), s.fake.Writes()
 			req := request{method: method, path: rt.path, body: rt.body}
 			if c.header != "" {
 				req.header = map[string]string{"Authorization": c.header}
@@ -95,7 +96,7 @@ func TestAuthMatrix(t *testing.T) {
 			}
 			if w.Code >= 400 {
 				waitIdle(t, s.Server)
-				if after := fmt.Sprint(s.fake.counters()); after != before || s.fake.writes.Load() != writes {
+				if after := fmt.Sprint(s.fake.Counters()); after != before || s.fake.Writes() != writes {
 					t.Errorf("%s with %s was refused but moved the backend: %s → %s", key, c.name, before, after)
 				}
 			}
@@ -185,7 +186,7 @@ func TestTokenComparisonIsConstantTime(t *testing.T) {
 // through failures of every kind, with every request logged at debug, and then looks for each token in
 // the log, the answers and their headers.
 func TestTokensAreNeverLogged(t *testing.T) {
-	clk := newClock() // stands still: the rate limit's buckets do not refill
+	clk := allocatortest.NewClock() // stands still: the rate limit's buckets do not refill
 	s := newTestServer(t, func(c *Config) {
 		c.AccessLog, c.now = true, clk.Now
 		c.RateLimit, c.RateBurst = 1, 40
@@ -216,12 +217,12 @@ func TestTokensAreNeverLogged(t *testing.T) {
 		}
 	}
 	// Server-side failures log their detail at Error.
-	s.fake.setLeaseErr(fmt.Errorf("a: %w: offsets overlap", allocator.ErrMisconfigured))
+	s.fake.SetLeaseErr(fmt.Errorf("a: %w: offsets overlap", allocator.ErrMisconfigured))
 	s.cache.forget("orders")
 	send(request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok})
-	s.fake.setLeaseErr(fmt.Errorf("%w: both down", allocator.ErrUnavailable))
+	s.fake.SetLeaseErr(fmt.Errorf("%w: both down", allocator.ErrUnavailable))
 	send(request{method: "POST", path: "/v1/namespaces/links/blocks", token: linksTok})
-	s.fake.setLeaseErr(nil)
+	s.fake.SetLeaseErr(nil)
 	// The rate limit's answer.
 	for i := 0; i < 50; i++ {
 		send(request{method: "GET", path: "/v1/namespaces/orders", token: ordersTok})
@@ -280,12 +281,12 @@ func TestSizeLimits(t *testing.T) {
 	}
 	post := "POST /v1/namespaces/orders/blocks HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer " + ordersTok + "\r\n"
 	padded := func(n int) string { return `{"size":7` + strings.Repeat(" ", n-len(`{"size":7}`)) + `}` }
-	leases := s.fake.leases.Load()
+	leases := s.fake.Leases()
 	if got := status(post + fmt.Sprintf("Content-Length: %d\r\n\r\n%s", api.MaxBodyBytes, padded(api.MaxBodyBytes))); got != 200 {
 		t.Fatalf("a body of exactly %d bytes: %d", api.MaxBodyBytes, got)
 	}
 	waitIdle(t, s.Server)
-	before, leases := fmt.Sprint(s.fake.counters()), s.fake.leases.Load()
+	before, leases := fmt.Sprint(s.fake.Counters()), s.fake.Leases()
 	for name, raw := range map[string]string{
 		"one byte over": post + fmt.Sprintf("Content-Length: %d\r\n\r\n%s", api.MaxBodyBytes+1, padded(api.MaxBodyBytes+1)),
 		"chunked":       post + "Transfer-Encoding: chunked\r\n\r\n" + chunked(padded(3*api.MaxBodyBytes), 1000),
@@ -297,7 +298,7 @@ func TestSizeLimits(t *testing.T) {
 		}
 	}
 	waitIdle(t, s.Server)
-	if after := fmt.Sprint(s.fake.counters()); after != before || s.fake.leases.Load() != leases {
+	if after := fmt.Sprint(s.fake.Counters()); after != before || s.fake.Leases() != leases {
 		t.Fatalf("refused bodies moved the counters: %s → %s", before, after)
 	}
 	// Headers: the default limit is 16 KiB (net/http allows 4 KiB on top).
@@ -383,7 +384,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	})
 	addr := listen(t, s.Server)
 	waitIdle(t, s.Server)
-	before, leases := fmt.Sprint(s.fake.counters()), s.fake.leases.Load()
+	before, leases := fmt.Sprint(s.fake.Counters()), s.fake.Leases()
 
 	// Headers: 200 bytes at one per 20 ms would take 4 s.
 	headers := "POST /v1/namespaces/orders/blocks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ordersTok +
@@ -410,7 +411,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	}
 
 	waitIdle(t, s.Server)
-	if after := fmt.Sprint(s.fake.counters()); after != before || s.fake.leases.Load() != leases {
+	if after := fmt.Sprint(s.fake.Counters()); after != before || s.fake.Leases() != leases {
 		t.Fatalf("a slow client's request moved the counters: %s → %s", before, after)
 	}
 	metrics := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
@@ -422,7 +423,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 // TestRateLimitRetryAfter: past its burst a token gets 429 with a Retry-After that is long enough, and
 // is served again once it has waited that long; refused tokens do not use up a valid token's budget.
 func TestRateLimitRetryAfter(t *testing.T) {
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	s := newTestServer(t, func(c *Config) {
 		c.now = clk.Now
 		c.RateLimit, c.RateBurst = 0.5, 2
@@ -443,14 +444,14 @@ func TestRateLimitRetryAfter(t *testing.T) {
 		}
 	}
 	waitIdle(t, s.Server)
-	before := fmt.Sprint(s.fake.counters())
+	before := fmt.Sprint(s.fake.Counters())
 	w := s.do(t, lease(ordersTok))
 	e := decode[api.Error](t, w)
 	if w.Code != 429 || e.Error.Code != api.CodeRateLimited || w.Header().Get("Retry-After") != "2" {
 		t.Fatalf("past the burst: %d %s, Retry-After %q, want 429 and 2 (one request per 2 s)", w.Code, e.Error.Code, w.Header().Get("Retry-After"))
 	}
 	waitIdle(t, s.Server)
-	if after := fmt.Sprint(s.fake.counters()); after != before {
+	if after := fmt.Sprint(s.fake.Counters()); after != before {
 		t.Fatalf("a 429 moved the counters: %s → %s", before, after)
 	}
 	// The namespace's other token, and the admin, have buckets of their own.
@@ -500,7 +501,7 @@ func TestSQLishNamesNeverReachTheBackend(t *testing.T) {
 	for _, cacheOff := range []bool{false, true} {
 		s := newTestServer(t, func(c *Config) { c.CreateOnLease, c.Cache.Disabled = true, cacheOff })
 		waitIdle(t, s.Server)
-		calls := s.fake.calls()
+		calls := s.fake.Calls()
 		for _, name := range sqlishNames {
 			p := "/v1/namespaces/" + url.PathEscape(name)
 			for _, r := range []request{
@@ -516,8 +517,8 @@ func TestSQLishNamesNeverReachTheBackend(t *testing.T) {
 			}
 		}
 		waitIdle(t, s.Server)
-		if got := s.fake.calls(); got != calls || s.fake.badNames.Load() != 0 {
-			t.Fatalf("cache off %v: the backend saw %d calls (%d with a bad name)", cacheOff, got-calls, s.fake.badNames.Load())
+		if got := s.fake.Calls(); got != calls || s.fake.BadNames() != 0 {
+			t.Fatalf("cache off %v: the backend saw %d calls (%d with a bad name)", cacheOff, got-calls, s.fake.BadNames())
 		}
 	}
 	// Nor may a token be configured for such a name.

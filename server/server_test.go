@@ -37,7 +37,7 @@ type syncBuffer = allocatortest.LogBuffer
 
 type testServer struct {
 	*Server
-	fake *fakeBackend
+	fake *allocatortest.Fake
 	logs *syncBuffer
 }
 
@@ -45,7 +45,7 @@ type testServer struct {
 // the admin, orders and links tokens.
 func newTestServer(t *testing.T, tweak func(*Config)) *testServer {
 	t.Helper()
-	f := newFake(nil)
+	f := allocatortest.NewFake(allocatortest.Config{})
 	ctx := context.Background()
 	if _, err := f.CreateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxBlockSize: 1000}); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestErrorRows(t *testing.T) {
 		{"namespace missing on read", nil, nil, request{method: "GET", path: "/v1/namespaces/nosuch", token: adminTok}, 404, api.CodeNotFound},
 		{"no such route", nil, nil, request{method: "GET", path: "/v2/anything", token: adminTok}, 404, api.CodeRouteNotFound},
 		{"wrong method", nil, nil, request{method: "DELETE", path: "/v1/namespaces/orders", token: adminTok}, 405, api.CodeMethodNotAllowed},
-		{"exhausted", nil, func(t *testing.T, s *testServer) { s.fake.setLeaseErr(fmt.Errorf("fake: %w", allocator.ErrExhausted)) },
+		{"exhausted", nil, func(t *testing.T, s *testServer) { s.fake.SetLeaseErr(fmt.Errorf("fake: %w", allocator.ErrExhausted)) },
 			request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok}, 409, api.CodeExhausted},
 		{"body too large", nil, nil, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok, body: big}, 413, api.CodeBodyTooLarge},
 		{"settings body too large", nil, nil, request{method: "PUT", path: "/v1/namespaces/orders", token: adminTok, body: big}, 413, api.CodeBodyTooLarge},
@@ -225,16 +225,16 @@ func TestErrorRows(t *testing.T) {
 				s.do(t, request{method: "GET", path: "/v1/namespaces/orders", token: ordersTok})
 			},
 			request{method: "GET", path: "/v1/namespaces/orders", token: ordersTok}, 429, api.CodeRateLimited},
-		{"unavailable", nil, func(t *testing.T, s *testServer) { s.fake.setHealthy("a", false); s.fake.setHealthy("b", false) },
+		{"unavailable", nil, func(t *testing.T, s *testServer) { s.fake.SetDown("a", ""); s.fake.SetDown("b", "") },
 			request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok}, 503, api.CodeUnavailable},
 		{"unavailable though one server is exhausted", nil, func(t *testing.T, s *testServer) {
-			s.fake.setLeaseErr(fmt.Errorf("%w: %w", allocator.ErrUnavailable, errors.Join(
+			s.fake.SetLeaseErr(fmt.Errorf("%w: %w", allocator.ErrUnavailable, errors.Join(
 				fmt.Errorf("a: %w", allocator.ErrExhausted), errors.New("b: connection refused"))))
 		}, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok}, 503, api.CodeUnavailable},
 		{"misconfigured", nil, func(t *testing.T, s *testServer) {
-			s.fake.setLeaseErr(fmt.Errorf("a: %w: offset", allocator.ErrMisconfigured))
+			s.fake.SetLeaseErr(fmt.Errorf("a: %w: offset", allocator.ErrMisconfigured))
 		}, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok}, 500, api.CodeMisconfigured},
-		{"closed", nil, func(t *testing.T, s *testServer) { s.fake.setLeaseErr(allocator.ErrClosed) },
+		{"closed", nil, func(t *testing.T, s *testServer) { s.fake.SetLeaseErr(allocator.ErrClosed) },
 			request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok}, 503, api.CodeShuttingDown},
 	}
 	for _, tt := range tests {
@@ -309,7 +309,7 @@ func TestBadRequestsChangeNoCounter(t *testing.T) {
 	}
 	// Let any prefetch finish, then take the counters.
 	waitIdle(t, s.Server)
-	before, leases, writes := s.fake.counters(), s.fake.leases.Load(), s.fake.writes.Load()
+	before, leases, writes := s.fake.Counters(), s.fake.Leases(), s.fake.Writes()
 	bad := badRequests()
 	for i := 0; i < 20; i++ {
 		for _, r := range bad {
@@ -319,11 +319,11 @@ func TestBadRequestsChangeNoCounter(t *testing.T) {
 		}
 	}
 	waitIdle(t, s.Server)
-	if after := s.fake.counters(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := s.fake.Counters(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("counters moved: %v → %v", before, after)
 	}
-	if s.fake.leases.Load() != leases || s.fake.writes.Load() != writes {
-		t.Fatalf("bad requests reached the backend: leases %d→%d, writes %d→%d", leases, s.fake.leases.Load(), writes, s.fake.writes.Load())
+	if s.fake.Leases() != leases || s.fake.Writes() != writes {
+		t.Fatalf("bad requests reached the backend: leases %d→%d, writes %d→%d", leases, s.fake.Leases(), writes, s.fake.Writes())
 	}
 }
 
@@ -620,7 +620,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if !r.Ready || len(r.Servers) != 2 {
 		t.Fatalf("readyz %+v", r)
 	}
-	s.fake.fence("a", "a's counter for orders is below b's water mark; run ticketd repair orders --server a")
+	s.fake.Fence("a", "a's counter for orders is below b's water mark; run ticketd repair orders --server a")
 	w := s.do(t, request{method: "GET", path: "/readyz", token: adminTok})
 	r = decode[api.Readiness](t, w)
 	if w.Code != 200 || !r.Ready || !r.Servers[0].Fenced || r.Servers[0].Healthy || !strings.Contains(r.Servers[0].Reason, "ticketd repair") || r.Servers[1].Reason != "" {
@@ -629,7 +629,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if m := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String(); !strings.Contains(m, `ticketd_ticket_server_fenced{server="a"} 1`) || !strings.Contains(m, `ticketd_ticket_server_fenced{server="b"} 0`) {
 		t.Fatalf("metrics do not say which server is fenced")
 	}
-	s.fake.setHealthy("b", false)
+	s.fake.SetDown("b", "")
 	w = s.do(t, request{method: "GET", path: "/readyz", token: adminTok})
 	r = decode[api.Readiness](t, w)
 	if w.Code != 503 || r.Ready || r.Error == nil || r.Error.Code != api.CodeNotReady || w.Header().Get("Retry-After") == "" {
@@ -648,7 +648,7 @@ func TestMetrics(t *testing.T) {
 	s.metrics.ObserveLease("a", 3*time.Millisecond, nil)
 	s.metrics.ObserveLease("b", time.Second, errors.New("down"))
 	s.metrics.ObserveFailover("b")
-	s.fake.setHealthy("b", false)
+	s.fake.SetDown("b", "")
 	waitIdle(t, s.Server)
 	body := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
 	for _, want := range []string{
@@ -760,7 +760,7 @@ func TestGracefulShutdown(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.Cache.Disabled = true })
 	sv := serve(t, s.Server)
 	url := "http://" + sv.addr
-	release := s.fake.hold()
+	release := s.fake.Hold()
 	defer release()
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
@@ -776,7 +776,7 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		answered <- resp
 	}()
-	for s.fake.leaseCalls.Load() == 0 {
+	for s.fake.LeaseCalls() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	sv.cancel()
@@ -814,7 +814,7 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	f := newFake(nil)
+	f := allocatortest.NewFake(allocatortest.Config{})
 	m := NewMetrics()
 	if _, err := New(Config{Auth: Auth{Disabled: true}}); err == nil {
 		t.Error("no backend accepted")

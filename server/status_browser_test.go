@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
@@ -83,13 +84,13 @@ func artifactDir(t *testing.T) string {
 func TestStatusPageInChromium(t *testing.T) {
 	bin := chromiumPath(t)
 	// A clock that stands still, so that a slow machine cannot push the leases out of the last minute.
-	clk := &fakeClock{t: time.Now()}
-	f := newFake(clk.Now) // without the namespaces of newTestServer: the page shows those this test makes
+	clk := allocatortest.NewClockAt(time.Now())
+	f := allocatortest.NewFake(allocatortest.Config{Now: clk.Now}) // without the namespaces of newTestServer: the page shows those this test makes
 	m := NewMetrics()
 	m.now = clk.Now
 	s := newTestServer(t, func(c *Config) { c.Auth, c.Backend, c.Metrics, c.now = Auth{Disabled: true}, f, m, clk.Now })
 	s.fake = f
-	f.observer = m
+	f.SetObserver(m)
 	base := "http://" + listen(t, s.Server)
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
 	t.Cleanup(client.CloseIdleConnections) // before the server shuts down: cleanups run last first
@@ -115,8 +116,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 	}
 	waitIdle(t, s.Server)
-	s.fake.fence("b", "counter of shop.orders below the water mark server a recorded; check, then run ticketd repair shop.orders --server b")
-	counters := s.fake.counters()
+	s.fake.Fence("b", "counter of shop.orders below the water mark server a recorded; check, then run ticketd repair shop.orders --server b")
+	counters := s.fake.Counters()
 
 	dom := string(headless(t, bin, "--dump-dom", base+"/"))
 	for _, want := range []string{

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/api"
 )
 
@@ -78,7 +79,7 @@ func section(t *testing.T, page, ns string) string {
 }
 
 func TestStatusPageShowsServersSegmentsRatesAndLatency(t *testing.T) {
-	clk := newClock()
+	clk := allocatortest.NewClock()
 	m := NewMetrics()
 	m.now = clk.Now
 	s := newTestServer(t, func(c *Config) { c.now, c.Metrics = clk.Now, m })
@@ -96,10 +97,8 @@ func TestStatusPageShowsServersSegmentsRatesAndLatency(t *testing.T) {
 		m.ObserveLease("a", time.Duration(ms)*time.Millisecond, nil)
 	}
 	m.ObserveLease("a", 5*time.Second, fmt.Errorf("timeout"))
-	s.fake.fence("b", `counter below the <b>water mark</b>; run ticketd repair`)
-	s.fake.mu.Lock()
-	s.fake.repl["a"] = "Galera cluster 3adab761 (3 nodes; this node Synced, component Primary)"
-	s.fake.mu.Unlock()
+	s.fake.Fence("b", `counter below the <b>water mark</b>; run ticketd repair`)
+	s.fake.SetReplication("a", "Galera cluster 3adab761 (3 nodes; this node Synced, component Primary)")
 
 	page := s.do(t, request{method: "GET", path: "/", token: adminTok}).Body.String()
 	if !strings.Contains(page, `<span class="muted" data-replication>Galera cluster 3adab761 (3 nodes; this node Synced, component Primary)</span>`) {
@@ -123,7 +122,7 @@ func TestStatusPageShowsServersSegmentsRatesAndLatency(t *testing.T) {
 		}
 	}
 	orders := section(t, page, "orders")
-	counters := s.fake.counters()
+	counters := s.fake.Counters()
 	for _, server := range []string{"a", "b"} {
 		want := fmt.Sprintf(`data-server="%s" data-next="%d"`, server, counters["orders@"+server])
 		if !strings.Contains(orders, want) {
@@ -161,9 +160,9 @@ func TestStatusPageReportsABackendThatCannotList(t *testing.T) {
 	if w := s.do(t, request{method: "POST", path: "/v1/namespaces/orders/blocks", token: ordersTok}); w.Code != 200 {
 		t.Fatal(w.Body.String())
 	}
-	s.fake.setHealthy("a", false)
-	s.fake.setHealthy("b", false)
-	s.fake.failList(fmt.Errorf("fake: both servers down"))
+	s.fake.SetDown("a", "")
+	s.fake.SetDown("b", "")
+	s.fake.SetListErr(fmt.Errorf("fake: both servers down"))
 	w := s.do(t, request{method: "GET", path: "/", token: adminTok})
 	page := w.Body.String()
 	if w.Code != 200 || !strings.Contains(page, "could not list the namespaces: fake: both servers down") || !strings.Contains(page, "not ready") {

@@ -1,6 +1,7 @@
 // Package allocatortest holds the conformance suite every allocator.Backend runs, checks for
-// uniqueness of leased blocks, and the load, fault and benchmark helpers the backends' tests share.
-// It is imported by tests only.
+// uniqueness of leased blocks, the load, fault and benchmark helpers the backends' tests share, and
+// what the server's and the SDK's tests run on instead of ticket servers: an in-memory backend
+// (Memory), a programmable fake (Fake) and a manual clock (Clock). It is imported by tests only.
 package allocatortest
 
 import (

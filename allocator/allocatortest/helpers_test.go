@@ -14,103 +14,58 @@ import (
 	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
-// fakePair is an in-memory Flickr pair: server i issues IDs ≡ i+1 (mod 2), round-robin. skew makes
-// server 2 issue odd IDs (a broken pair); only makes one server serve everything.
-type fakePair struct {
-	mu      sync.Mutex
-	next    [2]int64
-	turn    int
-	down    bool
-	downB   bool // b:2 is killed: a:1 serves alone
-	skew    bool
-	only    bool
-	servers []string
+// pairServers are the names of newPair's servers.
+var pairServers = []string{"a:1", "b:2"}
+
+// newPair is an in-memory Flickr pair: server a:1 issues odd IDs, b:2 even ones, round-robin, in the
+// namespaces the tests lease from. cfg may spoil it.
+func newPair(cfg allocatortest.Config) *allocatortest.Memory {
+	if cfg.Servers == nil {
+		cfg.Servers = pairServers
+	}
+	for _, ns := range []string{"parity", "loop", "ns"} {
+		cfg.Namespaces = append(cfg.Namespaces, allocator.Namespace{Name: ns})
+	}
+	return allocatortest.NewMemory(cfg)
 }
 
-var _ allocator.Backend = (*fakePair)(nil)
-var _ allocator.HealthReporter = (*fakePair)(nil)
-
-func newFakePair() *fakePair { return &fakePair{next: [2]int64{1, 2}, servers: []string{"a:1", "b:2"}} }
-
-func (f *fakePair) Lease(_ context.Context, ns string, size int64) (allocator.Block, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.down {
-		return allocator.Block{}, fmt.Errorf("%w: both down", allocator.ErrUnavailable)
-	}
-	i := f.turn % 2
-	if f.only || f.downB {
-		i = 0
-	}
-	f.turn++
-	start := f.next[i]
-	if f.skew && i == 1 {
-		start++
-	}
-	f.next[i] += 2 * size
-	return allocator.Block{Namespace: ns, Server: f.servers[i], Start: start, Step: 2, Size: size}, nil
-}
-
-func (f *fakePair) Health() []allocator.ServerHealth {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]allocator.ServerHealth, len(f.servers))
-	for i, s := range f.servers {
-		out[i] = allocator.ServerHealth{Name: s, Healthy: !f.down}
-		if f.down {
-			out[i].Error = "connection refused"
+// setDown takes both servers of a pair down, or brings them back.
+func setDown(m *allocatortest.Memory, down bool) {
+	for _, s := range pairServers {
+		if down {
+			m.SetDown(s, "connection refused")
+		} else {
+			m.SetUp(s)
 		}
 	}
-	return out
 }
-
-func (f *fakePair) setDown(down bool) {
-	f.mu.Lock()
-	f.down = down
-	f.mu.Unlock()
-}
-
-func (f *fakePair) CreateNamespace(context.Context, allocator.Namespace) (allocator.Namespace, error) {
-	return allocator.Namespace{}, nil
-}
-func (f *fakePair) UpdateNamespace(context.Context, allocator.Namespace) (allocator.Namespace, error) {
-	return allocator.Namespace{}, nil
-}
-func (f *fakePair) Namespace(context.Context, string) (allocator.Namespace, error) {
-	return allocator.Namespace{}, nil
-}
-func (f *fakePair) Namespaces(context.Context) ([]allocator.Namespace, error) { return nil, nil }
-func (f *fakePair) Close() error                                              { return nil }
 
 func TestParity(t *testing.T) {
-	f := newFakePair()
+	f := newPair(allocatortest.Config{})
 	blocks, err := allocatortest.LeaseConcurrently(f, "parity", 8, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	per, err := allocatortest.CheckParity(blocks, f.servers)
+	per, err := allocatortest.CheckParity(blocks, pairServers)
 	if err != nil || per["a:1"]+per["b:2"] != 1000 || per["a:1"] == 0 || per["b:2"] == 0 {
 		t.Fatalf("a sound pair: %v, %v", per, err)
 	}
 	for _, tc := range []struct {
 		name   string
-		spoil  func(*fakePair)
+		spoil  allocatortest.Config
 		blocks func([]allocator.Block) []allocator.Block
 		says   string
 	}{
-		{"an odd ID from the even server", func(f *fakePair) { f.skew = true }, nil, "breaks parity"},
-		{"one server serves all", func(f *fakePair) { f.only = true }, nil, "never reached b:2"},
-		{"an ID issued twice", nil, func(b []allocator.Block) []allocator.Block { return append(b, b[0]) }, "overlap"},
-		{"a server not listed", nil, func(b []allocator.Block) []allocator.Block {
+		{"an odd ID from the even server", allocatortest.Config{Offsets: []int64{1, 3}}, nil, "breaks parity"},
+		{"one server serves all", allocatortest.Config{Step: 2, Servers: pairServers[:1]}, nil, "never reached b:2"},
+		{"an ID issued twice", allocatortest.Config{}, func(b []allocator.Block) []allocator.Block { return append(b, b[0]) }, "overlap"},
+		{"a server not listed", allocatortest.Config{}, func(b []allocator.Block) []allocator.Block {
 			b[0].Server = "c:3"
 			return b
 		}, "none of"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakePair()
-			if tc.spoil != nil {
-				tc.spoil(f)
-			}
+			f := newPair(tc.spoil)
 			blocks, err := allocatortest.LeaseConcurrently(f, "parity", 4, 100)
 			if err != nil {
 				t.Fatal(err)
@@ -118,29 +73,29 @@ func TestParity(t *testing.T) {
 			if tc.blocks != nil {
 				blocks = tc.blocks(blocks)
 			}
-			if _, err := allocatortest.CheckParity(blocks, f.servers); err == nil || !strings.Contains(err.Error(), tc.says) {
+			if _, err := allocatortest.CheckParity(blocks, pairServers); err == nil || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("CheckParity: %v, want an error saying %q", err, tc.says)
 			}
 		})
 	}
-	f.setDown(true)
+	setDown(f, true)
 	if _, err := allocatortest.LeaseConcurrently(f, "parity", 4, 100); !errors.Is(err, allocator.ErrUnavailable) {
 		t.Fatalf("LeaseConcurrently with the pair down: %v", err)
 	}
 }
 
 func TestLeaseLoop(t *testing.T) {
-	f := newFakePair()
+	f := newPair(allocatortest.Config{})
 	l := allocatortest.StartLeasing(f, "loop", 10, 4)
 	defer l.Stop()
 	l.WaitFor(t, 200)
-	f.setDown(true)
+	setDown(f, true)
 	l.WaitFor(t, 50)
 	if len(l.Errs()) == 0 {
 		t.Fatal("no error recorded while the pair was down")
 	}
 	back := time.Now()
-	f.setDown(false)
+	setDown(f, false)
 	fromB := l.WaitForServer(t, "b:2", back)
 	if fromB[0].Server != "b:2" {
 		t.Fatalf("WaitForServer returned %v", fromB)
@@ -169,12 +124,12 @@ func TestLeaseLoop(t *testing.T) {
 }
 
 func TestWaitingForServers(t *testing.T) {
-	f := newFakePair()
-	f.setDown(true)
+	f := newPair(allocatortest.Config{})
+	setDown(f, true)
 	allocatortest.CheckUnavailable(t, f, "ns", 10, time.Second)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		f.setDown(false)
+		setDown(f, false)
 	}()
 	if b := allocatortest.LeaseWithin(t, f, "ns", 10, 10*time.Second); b.Size != 10 {
 		t.Fatalf("LeaseWithin: %v", b)
@@ -211,27 +166,23 @@ func TestRunConcurrent(t *testing.T) {
 	}
 }
 
-// serverB kills and restarts b:2 of a fakePair; restore makes it come back with its counter reset,
-// as from an old backup.
+// serverB kills and restarts b:2 of a pair; restore makes it come back with its counter reset, as
+// from an old backup.
 type serverB struct {
-	f       *fakePair
+	f       *allocatortest.Memory
 	restore bool
 }
 
 func (s serverB) Kill() error {
-	s.f.mu.Lock()
-	s.f.downB = true
-	s.f.mu.Unlock()
+	s.f.SetDown("b:2", "killed")
 	return nil
 }
 
 func (s serverB) Start(context.Context) error {
-	s.f.mu.Lock()
-	s.f.downB = false
 	if s.restore {
-		s.f.next[1] = 2
+		s.f.Rewind("b:2")
 	}
-	s.f.mu.Unlock()
+	s.f.SetUp("b:2")
 	return nil
 }
 
@@ -249,13 +200,13 @@ func (r *fatalRecorder) Fatalf(format string, args ...any) {
 }
 
 func TestCheckKilledMidRun(t *testing.T) {
-	f := newFakePair()
+	f := newPair(allocatortest.Config{})
 	after := allocatortest.CheckKilledMidRun(t, f, "ns", "b:2", serverB{f: f}, 200)
 	if len(after) == 0 || after[0].Server != "b:2" {
 		t.Fatalf("blocks after the restart: %v", after)
 	}
 	// A server that comes back below what it issued is caught.
-	f = newFakePair()
+	f = newPair(allocatortest.Config{})
 	r := &fatalRecorder{TB: t}
 	done := make(chan struct{})
 	go func() {

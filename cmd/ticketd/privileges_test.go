@@ -99,12 +99,12 @@ func TestServeAsALeastPrivilegeUser(t *testing.T) {
 		t.Fatalf("namespace create as %s: %s", serveUser, errOut)
 	}
 	p := startServe(t, env, "--cache=false")
-	mustCall(t, 201, "PUT", p.url+"/v1/namespaces/orders", e2eAdmin, `{"block_size":50}`)
-	mustCall(t, 200, "PUT", p.url+"/v1/namespaces/orders", e2eAdmin, `{"block_size":20,"max_block_size":5000,"start":"1000001"}`)
+	mustCall(t, 201, "PUT", p.URL+"/v1/namespaces/orders", e2eAdmin, `{"block_size":50}`)
+	mustCall(t, 200, "PUT", p.URL+"/v1/namespaces/orders", e2eAdmin, `{"block_size":20,"max_block_size":5000,"start":"1000001"}`)
 	servers := map[string]bool{}
 	for i := 0; i < 40; i++ {
 		var b api.Block
-		if err := json.Unmarshal(mustCall(t, 200, "POST", p.url+"/v1/namespaces/orders/blocks", e2eToken, ""), &b); err != nil {
+		if err := json.Unmarshal(mustCall(t, 200, "POST", p.URL+"/v1/namespaces/orders/blocks", e2eToken, ""), &b); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := api.ParseID(b.Start); b.Size != 20 || n <= 1000000 {
@@ -112,20 +112,20 @@ func TestServeAsALeastPrivilegeUser(t *testing.T) {
 		}
 		servers[b.Server] = true
 	}
-	mustCall(t, 200, "GET", p.url+"/v1/namespaces/orders/ids?count=5", e2eToken, "")
+	mustCall(t, 200, "GET", p.URL+"/v1/namespaces/orders/ids?count=5", e2eToken, "")
 	if len(servers) != 2 {
 		t.Fatalf("leases came from %v, want both servers", servers)
 	}
 	// The background writes: each server records the other's counter as a water mark, and the rate of
 	// leases between two writes (so leases go on meanwhile).
-	lease := func() { mustCall(t, 200, "POST", p.url+"/v1/namespaces/orders/blocks", e2eToken, "") }
+	lease := func() { mustCall(t, 200, "POST", p.URL+"/v1/namespaces/orders/blocks", e2eToken, "") }
 	for _, dsn := range root {
 		waitRows(t, dsn, "SELECT COUNT(*) FROM ticketd_watermarks WHERE namespace = 'orders' AND high_water > 1000000", lease)
 		waitRows(t, dsn, "SELECT COUNT(*) FROM ticketd_lease_rates WHERE namespace = 'orders' AND peak_per_s > 0", lease)
 	}
 	// And the checks: a server's check reads the settings, the schema version and the marks.
 	var ns api.Namespace
-	if err := json.Unmarshal(mustCall(t, 200, "GET", p.url+"/v1/namespaces/orders", e2eAdmin, ""), &ns); err != nil {
+	if err := json.Unmarshal(mustCall(t, 200, "GET", p.URL+"/v1/namespaces/orders", e2eAdmin, ""), &ns); err != nil {
 		t.Fatal(err)
 	}
 	for _, st := range ns.Servers {
@@ -133,10 +133,10 @@ func TestServeAsALeastPrivilegeUser(t *testing.T) {
 			t.Fatalf("server %+v is not healthy as %s", st, serveUser)
 		}
 	}
-	if err := p.stop(t); err != nil {
+	if err := p.Stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
-	if log := p.stderr.String(); strings.Contains(log, "denied") || strings.Contains(log, `"level":"ERROR"`) || strings.Contains(log, `"level":"WARN"`) {
+	if log := p.Log(); strings.Contains(log, "denied") || strings.Contains(log, `"level":"ERROR"`) || strings.Contains(log, `"level":"WARN"`) {
 		t.Fatalf("serve as %s logged a problem:\n%s", serveUser, log)
 	}
 	if out, errOut, code := run(t, env, "lease", "cli"); code != 0 {

@@ -295,7 +295,7 @@ func TestReadmeDockerRun(t *testing.T) {
 		t.Fatalf("this test does not read the request %q", curl)
 	}
 	m[1], m[2] = m[2], m[1]                                                 // method, variable
-	_, port, err := net.SplitHostPort(strings.TrimPrefix(p.url, "http://")) // listening on every interface
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(p.URL, "http://")) // listening on every interface
 	if err != nil {
 		t.Fatal(err)
 	}

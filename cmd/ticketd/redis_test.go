@@ -134,7 +134,7 @@ func TestClientLogsDoNotPrecedeTheError(t *testing.T) {
 		{"doctor", "--mysql", "root@tcp(" + down + ")/x"},
 		{"migrate", "--mysql", "root@tcp(" + down + ")/x"},
 	} {
-		cmd := exec.Command(ticketdBin, args...)
+		cmd := exec.Command(testenv.Ticketd(t), args...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		err := cmd.Run()

@@ -69,10 +69,10 @@ func TestNoAuthOnAPublicAddress(t *testing.T) {
 		t.Errorf("--insecure-public-no-auth alone: exit %d %q", code, errOut)
 	}
 	p := startServe(t, nil, "--no-auth", "--insecure-public-no-auth", "--listen", "0.0.0.0:0", "--data-dir", dir)
-	if !strings.Contains(p.stderr.String(), "NOT loopback") {
-		t.Fatalf("no warning that the open address is not loopback:\n%s", p.stderr.String())
+	if !strings.Contains(p.Log(), "NOT loopback") {
+		t.Fatalf("no warning that the open address is not loopback:\n%s", p.Log())
 	}
-	req, _ := http.NewRequest("PUT", strings.Replace(p.url, "0.0.0.0", "127.0.0.1", 1)+"/v1/namespaces/orders", strings.NewReader(`{"block_size":10}`))
+	req, _ := http.NewRequest("PUT", strings.Replace(p.URL, "0.0.0.0", "127.0.0.1", 1)+"/v1/namespaces/orders", strings.NewReader(`{"block_size":10}`))
 	req.Host = "ticketd.internal:8080"
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := e2eClient.Do(req)
@@ -107,7 +107,7 @@ func TestTokenFileMustBePrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startServe(t, nil, "--data-dir", dir, "--token-file", f)
-	mustCall(t, 404, "GET", p.url+"/v1/namespaces/orders", e2eToken, "")
+	mustCall(t, 404, "GET", p.URL+"/v1/namespaces/orders", e2eToken, "")
 }
 
 // TestMetricsOnTheirOwnAddress: /metrics on the API address needs the admin or the metrics token;
@@ -116,14 +116,14 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 	const metricsTok = "e2e-metrics-token-0123456789"
 	env := map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin, "TICKETD_TOKENS": "orders=" + e2eToken, "TICKETD_METRICS_TOKEN": metricsTok}
 	p := startServe(t, env, "--data-dir", t.TempDir(), "--metrics-listen", "127.0.0.1:0")
-	mustCall(t, 401, "GET", p.url+"/metrics", "", "")
-	mustCall(t, 403, "GET", p.url+"/metrics", e2eToken, "")
-	mustCall(t, 200, "GET", p.url+"/metrics", metricsTok, "")
-	mustCall(t, 403, "GET", p.url+"/v1/namespaces", metricsTok, "")
+	mustCall(t, 401, "GET", p.URL+"/metrics", "", "")
+	mustCall(t, 403, "GET", p.URL+"/metrics", e2eToken, "")
+	mustCall(t, 200, "GET", p.URL+"/metrics", metricsTok, "")
+	mustCall(t, 403, "GET", p.URL+"/v1/namespaces", metricsTok, "")
 	var addr string
 	deadline := time.Now().Add(10 * time.Second)
 	for addr == "" && time.Now().Before(deadline) {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
+		for _, l := range strings.Split(p.Log(), "\n") {
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "serving /metrics without a token" {
 				addr = line.Addr
@@ -131,7 +131,7 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 		}
 	}
 	if addr == "" {
-		t.Fatalf("no log line names the metrics address:\n%s", p.stderr.String())
+		t.Fatalf("no log line names the metrics address:\n%s", p.Log())
 	}
 	if body := string(mustCall(t, 200, "GET", "http://"+addr+"/metrics", "", "")); !strings.Contains(body, "ticketd_http_requests_total") {
 		t.Fatalf("the metrics address serves no metrics:\n%s", body)

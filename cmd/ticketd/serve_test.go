@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -29,92 +27,25 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
-// ticketdBin is the ticketd binary that TestMain builds, so that the end-to-end tests run `ticketd
-// serve` as a real process. It is built without -race: under the race detector on both sides the
-// 64,000-request runs take minutes, and the server's concurrency is race-tested in-process by the
-// server package's own tests.
-var ticketdBin string
-
-func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m, &ticketdBin)) }
+// TestMain lets the end-to-end tests run `ticketd serve` as a real process. It is built without -race:
+// under the race detector on both sides the 64,000-request runs take minutes, and the server's
+// concurrency is race-tested in-process by the server package's own tests.
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m)) }
 
 const (
 	e2eAdmin = "e2e-admin-token-0123456789"
 	e2eToken = "e2e-orders-token-0123456789"
 )
 
-// lockedBuffer collects a process's stderr.
-type lockedBuffer = allocatortest.LogBuffer
-
-// serveProc is a `ticketd serve` process.
-type serveProc struct {
-	cmd    *exec.Cmd
-	url    string
-	stderr *lockedBuffer
-	exited chan struct{}
-	err    error // of Wait, once exited is closed
-}
-
 // startServe starts `ticketd serve --listen 127.0.0.1:0 ARGS` with the environment additions and
 // waits for its "listening" log line.
-func startServe(t *testing.T, env map[string]string, args ...string) *serveProc {
+func startServe(t *testing.T, env map[string]string, args ...string) *testenv.Serve {
 	t.Helper()
-	cmd := exec.Command(ticketdBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = os.Environ()
+	var kv []string
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		kv = append(kv, k+"="+v)
 	}
-	pr, pw := io.Pipe()
-	p := &serveProc{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = io.MultiWriter(p.stderr, pw)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		pw.Close()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-		if t.Failed() {
-			t.Logf("ticketd serve log:\n%s", p.stderr.String())
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	select {
-	case a := <-addr:
-		p.url = "http://" + a
-	case <-p.exited:
-		t.Fatalf("ticketd serve exited at start: %v\n%s", p.err, p.stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ticketd serve did not listen within 60s:\n%s", p.stderr.String())
-	}
-	return p
-}
-
-// stop sends SIGTERM and returns the exit error once the process is gone.
-func (p *serveProc) stop(t *testing.T) error {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return p.err
-	case <-time.After(60 * time.Second):
-		t.Fatal("ticketd serve did not stop within 60s of SIGTERM")
-		return nil
-	}
+	return testenv.StartServe(t, kv, args...)
 }
 
 var e2eClient = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -289,11 +220,11 @@ func TestServeOnThePair(t *testing.T) {
 			env := preparePair(t, dsns)
 			servers := []string{mysql.ServerName(dsns[0]), mysql.ServerName(dsns[1])}
 			var urls []string
-			var procs []*serveProc
+			var procs []*testenv.Serve
 			for i := 0; i < replicas; i++ {
 				p := startServe(t, env)
 				procs = append(procs, p)
-				urls = append(urls, p.url)
+				urls = append(urls, p.URL)
 			}
 			mustCall(t, 201, "PUT", urls[0]+"/v1/namespaces/orders", e2eAdmin, `{"block_size":100,"max_block_size":24000}`)
 			if replicas == 1 {
@@ -311,7 +242,7 @@ func TestServeOnThePair(t *testing.T) {
 				}
 			}
 			for _, p := range procs {
-				if err := p.stop(t); err != nil {
+				if err := p.Stop(t); err != nil {
 					t.Fatalf("exit after SIGTERM: %v", err)
 				}
 			}
@@ -367,11 +298,11 @@ func TestServeWhileAMariaDBStops(t *testing.T) {
 	env := preparePair(t, dsns)
 	// Small segments, so that the cache goes to the pair often during the run.
 	p := startServe(t, env, "--cache-min", "500", "--cache-max", "4000", "--lease-timeout", "5s")
-	mustCall(t, 201, "PUT", p.url+"/v1/namespaces/orders", e2eAdmin, `{"block_size":50,"max_block_size":24000}`)
+	mustCall(t, 201, "PUT", p.URL+"/v1/namespaces/orders", e2eAdmin, `{"block_size":50,"max_block_size":24000}`)
 	const clients, each = 16, 1000
 	var done atomic.Int64
 	results := make(chan loadResult, 1)
-	go func() { results <- load([]string{p.url}, "orders", e2eToken, clients, each, &done) }()
+	go func() { results <- load([]string{p.URL}, "orders", e2eToken, clients, each, &done) }()
 	for done.Load() < clients*each/3 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -387,13 +318,13 @@ func TestServeWhileAMariaDBStops(t *testing.T) {
 		t.Fatalf("the server stopped after %d of %d requests: too late to show anything", stoppedAt, clients*each)
 	}
 	checkBlocks(t, res.blocks, nil)
-	mustCall(t, 200, "GET", p.url+"/readyz", "", "")
-	metrics := string(mustCall(t, 200, "GET", p.url+"/metrics", e2eAdmin, ""))
+	mustCall(t, 200, "GET", p.URL+"/readyz", "", "")
+	metrics := string(mustCall(t, 200, "GET", p.URL+"/metrics", e2eAdmin, ""))
 	down := fmt.Sprintf(`ticketd_ticket_server_up{server="127.0.0.1:%d"} 0`, pair[0].Port)
 	if !strings.Contains(metrics, down) {
 		t.Errorf("metrics lack %s", down)
 	}
-	if err := p.stop(t); err != nil {
+	if err := p.Stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
@@ -405,7 +336,7 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	dsns := testenv.Pair(t)
 	env := preparePair(t, dsns)
 	p := startServe(t, env, "--cache=false", "--attempt-timeout", "20s", "--lease-timeout", "30s", "--write-timeout", "45s")
-	mustCall(t, 201, "PUT", p.url+"/v1/namespaces/orders", e2eAdmin, `{}`)
+	mustCall(t, 201, "PUT", p.URL+"/v1/namespaces/orders", e2eAdmin, `{}`)
 	ctx := context.Background()
 	var lockers []*sql.Tx
 	var dbs []*sql.DB
@@ -448,7 +379,7 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	})
 	for i := 0; i < inFlight; i++ {
 		go func() {
-			code, body, err := callCtx(trace, "POST", p.url+"/v1/namespaces/orders/blocks", e2eToken, `{"size":10}`)
+			code, body, err := callCtx(trace, "POST", p.URL+"/v1/namespaces/orders/blocks", e2eToken, `{"size":10}`)
 			answers <- answer{code, body, err}
 		}()
 	}
@@ -471,8 +402,8 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // let the server read the last request it was sent
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	addr := strings.TrimPrefix(p.url, "http://")
+	_ = p.Signal(syscall.SIGTERM)
+	addr := strings.TrimPrefix(p.URL, "http://")
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
@@ -486,8 +417,8 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	select {
-	case <-p.exited:
-		t.Fatalf("exited with %d requests in flight: %v", inFlight, p.err)
+	case <-p.Exited():
+		t.Fatalf("exited with %d requests in flight: %v", inFlight, p.Err())
 	case <-time.After(300 * time.Millisecond):
 	}
 	release()
@@ -509,15 +440,15 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	}
 	checkBlocks(t, blocks, nil)
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("did not exit after answering")
 	}
-	if p.err != nil {
-		t.Fatalf("exit: %v", p.err)
+	if p.Err() != nil {
+		t.Fatalf("exit: %v", p.Err())
 	}
-	if !strings.Contains(p.stderr.String(), "every request in flight was answered") {
-		t.Fatalf("no shutdown line in the log:\n%s", p.stderr.String())
+	if !strings.Contains(p.Log(), "every request in flight was answered") {
+		t.Fatalf("no shutdown line in the log:\n%s", p.Log())
 	}
 }
 
@@ -538,7 +469,7 @@ func TestServeInProcessOnTheEmbeddedStore(t *testing.T) {
 }
 
 func serveEmbeddedOpen(t *testing.T, flags []string, warning string) {
-	stderr := &lockedBuffer{}
+	stderr := testenv.NewLog()
 	m := &Main{Stdout: io.Discard, Stderr: stderr, Getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -547,20 +478,12 @@ func serveEmbeddedOpen(t *testing.T, flags []string, warning string) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(ctx) }()
-	var url string
-	deadline := time.Now().Add(10 * time.Second)
-	for url == "" {
-		for _, l := range strings.Split(stderr.String(), "\n") {
-			var line struct{ Msg, URL string }
-			if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "listening" {
-				url = line.URL
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 10s:\n%s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-stderr.Listening():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not listening after 10s:\n%s", stderr.String())
 	}
+	url := stderr.URL()
 	if !strings.Contains(stderr.String(), warning) {
 		t.Fatalf("no warning that authentication is off:\n%s", stderr.String())
 	}

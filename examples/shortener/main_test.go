@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,10 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,11 +25,9 @@ import (
 	"github.com/ticketd/ticketd/internal/testservers"
 )
 
-// ticketdBin is the ticketd binary that TestMain builds, so that the end-to-end test runs `ticketd
-// serve` as a real process, the way the shortener meets it in production.
-var ticketdBin string
-
-func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m, &ticketdBin)) }
+// TestMain lets the end-to-end tests run `ticketd serve` as a real process, the way the shortener
+// meets it in production.
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithTicketd(m)) }
 
 const (
 	adminToken = "e2e-admin-token-0123456789"
@@ -42,83 +37,16 @@ const (
 	e2eScrambleKey = "9d41c07be25a6f83d10e4b7c92f5a368"
 )
 
-// logTap reads a process's JSON log: it keeps the lines, and sends the addr of the "listening" line
-// on addr. The log may be read once the writer is closed.
-type logTap struct {
-	w    *io.PipeWriter
-	addr chan string
-	done chan struct{}
-	log  bytes.Buffer // written by the tap's goroutine until done is closed
-}
-
-func newLogTap() *logTap {
-	pr, pw := io.Pipe()
-	l := &logTap{w: pw, addr: make(chan string, 1), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			l.log.Write(append(sc.Bytes(), '\n'))
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				l.addr <- line.Addr
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	return l
-}
-
-// String waits for the writer to be closed and returns the log.
-func (l *logTap) String() string {
-	<-l.done
-	return l.log.String()
-}
-
 // startTicketd migrates the harness pair's fresh databases, runs `ticketd serve` on them with an admin
 // token and a token for namespace links, and creates links with blockSize. It returns the base URL and
 // a function that kills the process.
 func startTicketd(t *testing.T, blockSize int) (string, func()) {
 	t.Helper()
-	env := append(os.Environ(), "TICKETD_MYSQL="+testenv.DSNList(testenv.Pair(t)),
-		"TICKETD_ADMIN_TOKEN="+adminToken, "TICKETD_TOKENS=links="+linksToken+",other="+otherToken)
-	migrate := exec.Command(ticketdBin, "migrate")
-	migrate.Env = env
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("ticketd migrate: %v\n%s", err, out)
-	}
-	cmd := exec.Command(ticketdBin, "serve", "--listen", "127.0.0.1:0")
-	cmd.Env = env
-	log := newLogTap()
-	cmd.Stderr = log.w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.w.Close(); close(exited) }()
-	kill := func() { _ = cmd.Process.Signal(syscall.SIGKILL); <-exited }
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("ticketd serve log:\n%s", log)
-		}
-	})
-	var base string
-	select { // on failure, the cleanup shows the log
-	case a := <-log.addr:
-		base = "http://" + a
-	case <-exited:
-		t.Fatal("ticketd serve exited at start")
-	case <-time.After(60 * time.Second):
-		t.Fatal("ticketd serve did not listen within 60s")
-	}
-	req, _ := http.NewRequest("PUT", base+"/v1/namespaces/links", strings.NewReader(fmt.Sprintf(`{"block_size":%d}`, blockSize)))
+	env := []string{"TICKETD_MYSQL=" + testenv.DSNList(testenv.Pair(t)),
+		"TICKETD_ADMIN_TOKEN=" + adminToken, "TICKETD_TOKENS=links=" + linksToken + ",other=" + otherToken}
+	testenv.RunTicketd(t, env, "migrate")
+	srv := testenv.StartServe(t, env)
+	req, _ := http.NewRequest("PUT", srv.URL+"/v1/namespaces/links", strings.NewReader(fmt.Sprintf(`{"block_size":%d}`, blockSize)))
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -129,7 +57,7 @@ func startTicketd(t *testing.T, blockSize int) (string, func()) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create namespace links: %d %s", resp.StatusCode, body)
 	}
-	return base, kill
+	return srv.URL, srv.Kill
 }
 
 // e2eClient does not follow redirects: the test looks at them.
@@ -457,15 +385,15 @@ func testCommand(t *testing.T, ticketd, redisAddr string) {
 	prefix := testenv.RedisPrefix(t, "shortener-cmd-")
 	env := map[string]string{"SHORTENER_TOKEN": linksToken, "SHORTENER_KEY_PREFIX": prefix, "SHORTENER_SCRAMBLE_KEY": e2eScrambleKey}
 	args := []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--base-url=http://sho.rt.test"}
-	log := newLogTap()
+	log := testenv.NewLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, log.w); log.w.Close() }()
+	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, log) }()
 	var base string
 	select {
-	case a := <-log.addr:
-		base = "http://" + a
+	case <-log.Listening():
+		base = "http://" + log.Addr()
 	case err := <-done:
 		t.Fatalf("the command stopped at start: %v\n%s", err, log)
 	case <-time.After(30 * time.Second):
@@ -508,10 +436,9 @@ func testTokenRefusedAtStart(t *testing.T, ticketd, redisAddr string) {
 		"not-a-ticketd-token-0123456789": "401 invalid_token: the token is not one this server accepts",
 		otherToken:                       "403 forbidden",
 	} {
-		log := newLogTap()
+		log := testenv.NewLog()
 		err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--ticketd=" + ticketd, "--redis=" + redisAddr, "--token=" + token, "--dev"},
-			func(string) string { return "" }, log.w)
-		log.w.Close()
+			func(string) string { return "" }, log)
 		if err == nil || !strings.Contains(err.Error(), "refuses the token for namespace links: "+want) {
 			t.Errorf("token %s: %v, want a refusal saying %q", token[:8], err, want)
 		}

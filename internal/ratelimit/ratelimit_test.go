@@ -2,24 +2,16 @@ package ratelimit
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
+// newClock is a manual clock for the buckets.
+func newClock() *allocatortest.Clock {
+	return allocatortest.NewClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
 
 func TestTakeAndWait(t *testing.T) {
 	clk := newClock()

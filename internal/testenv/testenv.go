@@ -1,21 +1,17 @@
 // Package testenv gives tests the real servers that scripts/test.sh started (a MariaDB ticket pair and
-// a Redis), each test in its own database or key prefix, and starts private servers for tests that kill
-// them. Under CI=true, or when the harness exported TICKETD_TEST_REQUIRE=1, a missing server fails the
-// test; otherwise the test is skipped with a message that says how to run it.
+// a Redis), each test in its own database or key prefix, starts private servers for tests that kill
+// them, and runs the ticketd command as a process (StartServe). Under CI=true, or when the harness
+// exported TICKETD_TEST_REQUIRE=1, a missing server fails the test; otherwise the test is skipped with
+// a message that says how to run it.
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -278,85 +274,3 @@ func PrivateRedis(t testing.TB, opts testservers.RedisOptions) *testservers.Redi
 
 // DSNList joins DSNs the way --mysql takes them.
 func DSNList(dsns []string) string { return strings.Join(dsns, ",") }
-
-// BuildTicketd builds the ticketd command (without the race detector: it is the process under test,
-// not the code under test) into a new temporary directory, for tests that run `ticketd serve` as a real
-// process. Call it from TestMain; cleanup removes the directory.
-func BuildTicketd() (bin string, cleanup func(), err error) {
-	dir, err := os.MkdirTemp("", "ticketd-bin")
-	if err != nil {
-		return "", func() {}, err
-	}
-	cleanup = func() { _ = os.RemoveAll(dir) }
-	bin = filepath.Join(dir, "ticketd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ticketd/ticketd/cmd/ticketd").CombinedOutput(); err != nil {
-		cleanup()
-		return "", func() {}, fmt.Errorf("go build cmd/ticketd: %v\n%s", err, out)
-	}
-	return bin, cleanup, nil
-}
-
-// RunWithTicketd is a TestMain body for tests that run `ticketd serve` as a process: it builds the
-// binary into *bin, runs the tests, removes it, and returns the exit code.
-func RunWithTicketd(m *testing.M, bin *string) int {
-	b, cleanup, err := BuildTicketd()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building ticketd for the end-to-end tests: %v\n", err)
-		return 1
-	}
-	defer cleanup()
-	*bin = b
-	return m.Run()
-}
-
-// StartServe runs `bin serve --listen 127.0.0.1:0 ARGS` with env added to this process's
-// environment, waits for its "listening" log line and returns its base URL. The process is killed when
-// the test ends; its log is shown if the test failed.
-func StartServe(t testing.TB, bin string, env []string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	pr, pw := io.Pipe()
-	var log strings.Builder
-	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
-	addr := make(chan string, 1)
-	logged := make(chan struct{})
-	go func() {
-		defer close(logged)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			log.Write(append(sc.Bytes(), '\n'))
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		<-logged
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("ticketd serve log:\n%s", log.String())
-		}
-	})
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case <-exited:
-		<-logged
-		t.Fatalf("ticketd serve exited at start:\n%s", log.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("ticketd serve did not listen within 60s")
-	}
-	return ""
-}

@@ -13,25 +13,7 @@ import (
 	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
-// clock is a settable time source for backoff tests.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func testConfig(c *clock, logs *allocatortest.LogBuffer) *Config {
+func testConfig(c *allocatortest.Clock, logs *allocatortest.LogBuffer) *Config {
 	return &Config{Noun: "ticket server", Every: "every server", MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 		AttemptTimeout: time.Second, Timeout: 2 * time.Second, SettingsTTL: time.Minute, IsFault: IsServerFault,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: c.Now}
@@ -40,7 +22,7 @@ func testConfig(c *clock, logs *allocatortest.LogBuffer) *Config {
 // TestBackoffDoublesWithJitterUpToMax checks each failure's wait against its bounds: MinBackoff
 // doubled per failure, capped at MaxBackoff, and jittered to between half of it and all of it.
 func TestBackoffDoublesWithJitterUpToMax(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := allocatortest.NewClockAt(time.Unix(1000, 0))
 	var logs allocatortest.LogBuffer
 	m := NewMember("a:1", testConfig(c, &logs))
 	if m.Usable() || !m.Due(c.Now()) {
@@ -87,12 +69,12 @@ func TestBackoffDoublesWithJitterUpToMax(t *testing.T) {
 // TestReviveWith checks that a revival runs the check once at a time, keeps a member that fails it
 // down, and puts one that passes back in rotation, logging how long it was down.
 func TestReviveWith(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := allocatortest.NewClockAt(time.Unix(1000, 0))
 	var logs allocatortest.LogBuffer
 	m := NewMember("b:2", testConfig(c, &logs))
 	m.MarkUsable()
 	m.MarkDown(errors.New("gone"))
-	c.Add(3 * time.Second)
+	c.Advance(3 * time.Second)
 
 	refused := errors.New("still misconfigured")
 	if err := m.ReviveWith(context.Background(), func(context.Context) error { return refused }); !errors.Is(err, refused) {

@@ -88,7 +88,7 @@ func TestUpdateNamespace(t *testing.T) {
 	if _, err := fx.set.Settings(ctx, "orders"); err != nil { // cached, and dropped by the change
 		t.Fatal(err)
 	}
-	fx.clock.Add(time.Second)
+	fx.clock.Advance(time.Second)
 	got, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 20, Start: 1000}, counters(nil), update)
 	if err != nil {
 		t.Fatal(err)

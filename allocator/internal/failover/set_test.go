@@ -94,14 +94,14 @@ func (o *observer) ObserveFailover(from string) {
 type fixture struct {
 	set     *Set[*fakeServer, fakeRecord]
 	servers []*fakeServer
-	clock   *clock
+	clock   *allocatortest.Clock
 	obs     *observer
 	logs    *allocatortest.LogBuffer
 }
 
 func newFixture(t *testing.T, n int, tweak func(*Config)) *fixture {
 	t.Helper()
-	fx := &fixture{clock: &clock{now: time.Unix(1000, 0)}, obs: &observer{leases: map[string]int{}, failovers: map[string]int{}}, logs: &allocatortest.LogBuffer{}}
+	fx := &fixture{clock: allocatortest.NewClockAt(time.Unix(1000, 0)), obs: &observer{leases: map[string]int{}, failovers: map[string]int{}}, logs: &allocatortest.LogBuffer{}}
 	cfg := *testConfig(fx.clock, fx.logs)
 	cfg.Observer = fx.obs
 	if tweak != nil {
@@ -257,7 +257,7 @@ func TestSettings(t *testing.T) {
 	if _, err := fx.set.Latest(ctx, "orders"); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), "s2: timeout") {
 		t.Fatalf("Latest with no server answering: %v", err)
 	}
-	fx.clock.Add(time.Hour) // stale, and nobody answers: the cached copy serves
+	fx.clock.Advance(time.Hour) // stale, and nobody answers: the cached copy serves
 	if r, err := fx.set.Settings(ctx, "orders"); err != nil || r.ns.BlockSize != 20 {
 		t.Fatalf("stale Settings with servers down: %+v, %v", r, err)
 	}
@@ -274,7 +274,7 @@ func TestReviveToRead(t *testing.T) {
 		for _, s := range fx.servers {
 			s.MarkDown(errors.New("gone"))
 		}
-		fx.clock.Add(time.Hour)
+		fx.clock.Advance(time.Hour)
 		_, err := fx.set.Latest(ctx, "orders")
 		if revive && (err != nil || !fx.servers[0].Usable()) {
 			t.Fatalf("ReviveToRead: %v, s1 usable %v", err, fx.servers[0].Usable())
