@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/internal/hedge"
 	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/internal/testservers"
 )
@@ -197,4 +200,68 @@ func TestCacheHedgesAroundAHungServer(t *testing.T) {
 	}
 	take(int(f.Leases()) * 100) // every segment leased, spares included, and more
 	t.Logf("%d hedges sent, %d won; %d segments leased; %d IDs", sent, won, f.Leases(), len(seen))
+}
+
+// TestCacheHedgeDelayAfterAFailure: a segment lease begun within hedge.Recovery of a failed one waits
+// for what recovers, not for a slow path: its latency leaves the hedge delay as it was. One begun after
+// it counts.
+func TestCacheHedgeDelayAfterAFailure(t *testing.T) {
+	clk := allocatortest.NewClock()
+	c, f := newCache(t, clk, allocator.Namespace{BlockSize: 10, MaxBlockSize: 1000},
+		CacheConfig{MinSegment: 1000, MaxSegment: 1000})
+	ctx := context.Background()
+	sp := c.space("orders")
+	take := func() {
+		t.Helper()
+		if _, _, err := c.lease(ctx, "orders", 10, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// nextLease takes blocks until a segment lease starts, and makes it take slow on the cache's clock.
+	nextLease := func(slow time.Duration) {
+		t.Helper()
+		release := f.Hold()
+		before := f.LeaseCalls()
+		for i := 0; f.LeaseCalls() == before; i++ {
+			if i == 200 {
+				t.Fatal("no segment lease started")
+			}
+			take()
+			eventuallyOrIdle(sp, func() bool { return f.LeaseCalls() > before })
+		}
+		clk.Advance(slow)
+		release()
+		idle(t, c, "orders")
+	}
+	delay := func() time.Duration {
+		sp.mu.Lock()
+		defer sp.mu.Unlock()
+		return sp.hedgeDelayLocked()
+	}
+
+	take() // the first segment, answered at once
+	idle(t, c, "orders")
+	f.SetLeaseErr(errors.New("connection refused"))
+	for range 30 { // past the prefetch threshold: the next lease fails
+		take()
+	}
+	idle(t, c, "orders")
+	f.SetLeaseErr(nil)
+	clk.Advance(2 * time.Second) // past the backoff, within hedge.Recovery of the failure
+	nextLease(700 * time.Millisecond)
+	if d := delay(); d != hedgeFloor {
+		t.Fatalf("hedge delay %s after a 700ms lease begun 2s after a failure; want the floor, %s", d, hedgeFloor)
+	}
+	clk.Advance(hedge.Recovery)
+	nextLease(700 * time.Millisecond)
+	if d := delay(); d != 700*time.Millisecond {
+		t.Fatalf("hedge delay %s after a 700ms lease begun %s after the failure; want 700ms", d, hedge.Recovery+2*time.Second)
+	}
+}
+
+// eventuallyOrIdle waits a little for cond while the space has a backend call in flight.
+func eventuallyOrIdle(sp *space, cond func() bool) {
+	for deadline := time.Now().Add(time.Second); !cond() && sp.busy.Load() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Microsecond)
+	}
 }
