@@ -322,7 +322,14 @@ func (w *world) repairFenced(ctx context.Context, i int, res *FaultResult) error
 		}
 		return fmt.Errorf("the %s backend cannot repair a server", w.backend)
 	}
-	rr, err := repairer.Repair(ctx, Namespace, name, allocator.RepairOptions{})
+	// A repair that times out (a busy machine, a server still starting) is run again, as an operator
+	// would, until healthyWithin has passed: a server left fenced would be out for the rest of the run.
+	var rr allocator.RepairResult
+	var err error
+	waitUntil(healthyWithin, func() bool {
+		rr, err = repairer.Repair(ctx, Namespace, name, allocator.RepairOptions{})
+		return err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, allocator.ErrUnavailable)
+	})
 	if err != nil {
 		return fmt.Errorf("repair of server %s: %w", label(i), err)
 	}
