@@ -163,22 +163,7 @@ type Client struct {
 	backoffTo time.Time
 	stopRetry func() bool
 
-	// adaptive sizing
-	rate       float64 // IDs/s
-	rateAt     time.Time
-	rateCarved int64
-	latency    time.Duration // moving average of successful refills
-	slowest    time.Duration // the slowest recent refill, decayed by slowestHalfLife
-	slowestAt  time.Time
-	lastSize   int64
-	lowWater   int64
-	nsBlock    int64         // the namespace's block size; 0 until known
-	nsMax      int64         // the namespace's maximum block size; 0 until known
-	sizeCap    int64         // lowered when the source refuses a size
-	ttl        time.Duration // the namespace's lease TTL, when the source tells it
-	lastLife   time.Duration // how long the last block could be used when it arrived
-	settingsOK bool
-
+	size  sizing
 	hedge hedging
 
 	// counters (under mu)
@@ -219,14 +204,14 @@ func New(src Source, namespace string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		ns: namespace, cfg: cfg, src: l,
-		procs:    int64(min(max(cfg.procs, 1), numShards)),
-		avail:    make(chan struct{}),
-		lowWater: 1, // lease the first block at once
-		done:     make(chan struct{}),
+		procs: int64(min(max(cfg.procs, 1), numShards)),
+		avail: make(chan struct{}),
+		done:  make(chan struct{}),
 	}
+	c.size.lowWater = 1 // lease the first block at once
 	c.hedge.paths = l.paths()
 	c.hedge.delay = c.hedge.derive(&c.cfg)
-	c.rateAt = cfg.clock.Now()
+	c.size.rateAt = cfg.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.Lock()
 	c.startLeasesLocked()
@@ -553,9 +538,9 @@ type Stats struct {
 func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	st := Stats{
-		Served: c.served, Refills: c.refills, RefillErrors: c.refillErrors, RefillLatency: c.latency,
-		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.rate,
-		BlockSize: c.lastSize, LowWater: c.lowWater, LastError: c.lastErr,
+		Served: c.served, Refills: c.refills, RefillErrors: c.refillErrors, RefillLatency: c.size.latency,
+		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.size.rate,
+		BlockSize: c.size.lastSize, LowWater: c.size.lowWater, LastError: c.lastErr,
 		InFlight: c.flight.n, PeakInFlight: c.flight.peak,
 		SlowRefills: c.hedge.slow, Hedges: c.hedge.sent, HedgesWon: c.hedge.won, HedgeDelay: c.hedge.delay,
 	}

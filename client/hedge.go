@@ -63,6 +63,15 @@ func (h *hedging) derive(cfg *config) time.Duration {
 	return h.answers.Get(hedgeFloor, cfg.requestTimeout/2, firstHedgeDelay)
 }
 
+// runway is the time the low-water mark leaves for a hedge: the hedge delay when there is another URL
+// to hedge to, else none.
+func (h *hedging) runway() time.Duration {
+	if h.paths > 1 {
+		return h.delay
+	}
+	return 0
+}
+
 // armHedgeLocked starts r's hedge timer.
 func (c *Client) armHedgeLocked(r *refill) {
 	r.stopHedge = c.cfg.clock.AfterFunc(c.hedge.delay, func() { c.hedgeRefill(r) })
@@ -115,8 +124,7 @@ func (c *Client) spareLocked(blk allocator.Block, useBy time.Time, now time.Time
 		c.refillErrors++
 		return
 	}
-	full := c.lowWater + max(c.lastSize, int64(c.rate*c.cfg.refillInterval.Seconds()))
-	if c.uncarved+c.flight.ids >= full {
+	if c.uncarved+c.flight.ids >= c.size.full(c.cfg.refillInterval) {
 		c.discarded += blk.Size
 		return
 	}

@@ -113,11 +113,11 @@ func TestLowWaterMarkCoversTheHedgeDelay(t *testing.T) {
 		{1, 30_000}, // 1 M/s × (2 × 10ms + 10ms)
 		{2, 70_000}, // and 40ms of hedge delay
 	} {
-		c := &Client{rate: 1e6, latency: 10 * time.Millisecond, lastSize: 1000,
+		c := &Client{size: sizing{rate: 1e6, latency: 10 * time.Millisecond, lastSize: 1000},
 			hedge: hedging{paths: tc.paths, delay: 40 * time.Millisecond}}
 		c.setLowWaterLocked()
-		if c.lowWater != tc.want {
-			t.Errorf("%d URLs: low-water %d, want %d", tc.paths, c.lowWater, tc.want)
+		if c.size.lowWater != tc.want {
+			t.Errorf("%d URLs: low-water %d, want %d", tc.paths, c.size.lowWater, tc.want)
 		}
 	}
 }
@@ -208,7 +208,7 @@ func TestSpares(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Client{cfg: config{clock: newFakeClock()}.withDefaults(), avail: make(chan struct{}),
-				lowWater: tc.lowWater, lastSize: 100, rate: tc.rate, closed: tc.closed}
+				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, closed: tc.closed}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
 			c.uncarved = tc.cached
 			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now())

@@ -389,7 +389,7 @@ func TestHTTPLearnsTheNamespaceMaximum(t *testing.T) {
 		}
 	}
 	c.mu.Lock()
-	nsMax, ttl := c.nsMax, c.ttl
+	nsMax, ttl := c.size.nsMax, c.size.ttl
 	c.mu.Unlock()
 	if nsMax != 700 || ttl != time.Hour {
 		t.Fatalf("learnt max %d, ttl %s; want 700, 1h", nsMax, ttl)

@@ -3,7 +3,6 @@ package client
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
@@ -22,7 +21,7 @@ func (c *Client) retry() {
 // block has landed, one lease at a time, and none while the namespace's settings are read after it.
 func (c *Client) needLeaseLocked() bool {
 	f := &c.flight
-	if c.closed || c.uncarved+f.ids >= c.lowWater || f.n >= c.cfg.maxInFlight {
+	if c.closed || c.uncarved+f.ids >= c.size.lowWater || f.n >= c.cfg.maxInFlight {
 		return false
 	}
 	if f.learning || (f.n > 0 && c.refills == 0) {
@@ -40,7 +39,7 @@ func (c *Client) startLeasesLocked() {
 		size := c.requestSizeLocked()
 		ids := size
 		if ids == 0 {
-			ids = max(c.nsBlock, 1)
+			ids = max(c.size.nsBlock, 1)
 		}
 		f := &c.flight
 		f.n++
@@ -88,8 +87,8 @@ func (c *Client) request(r *refill, hedge bool) {
 		err = c.overlapLocked(blk)
 	}
 	c.finishLocked(blk, useBy, err, r.size, now.Sub(r.start))
-	if leased && !c.settingsOK {
-		c.settingsOK, c.flight.learning = true, true
+	if leased && !c.size.settingsOK {
+		c.size.settingsOK, c.flight.learning = true, true
 		c.mu.Unlock()
 		ns, err := c.src.settings(c.ctx)
 		c.lockForRefill()
@@ -97,141 +96,9 @@ func (c *Client) request(r *refill, hedge bool) {
 		if c.closed {
 			return
 		}
-		c.learnSettingsLocked(ns, err)
+		c.size.learnSettings(ns, err)
 	}
 	c.startLeasesLocked()
-}
-
-// learnSettingsLocked takes the namespace's block size bounds and lease TTL, read once after the first
-// block. When the source cannot tell (an older server, a token that may not read settings), the
-// defaults stand and a refused size lowers the cap instead.
-func (c *Client) learnSettingsLocked(ns allocator.Namespace, err error) {
-	if err != nil {
-		return
-	}
-	if ns.MaxBlockSize > 0 {
-		c.nsMax = ns.MaxBlockSize
-	}
-	if ns.BlockSize > 0 && c.nsBlock == 0 {
-		c.nsBlock = ns.BlockSize
-	}
-	c.ttl = ns.LeaseTTL
-}
-
-// bounds returns the smallest and largest block size to ask for.
-func (c *Client) bounds() (lo, hi int64) {
-	hi = int64(allocator.DefaultMaxBlockSize)
-	if c.nsMax > 0 {
-		hi = c.nsMax
-	}
-	if c.cfg.maxBlock > 0 {
-		hi = min(hi, c.cfg.maxBlock)
-	}
-	if c.sizeCap > 0 {
-		hi = min(hi, c.sizeCap)
-	}
-	lo = max(c.nsBlock, 1)
-	if c.cfg.minBlock > 0 {
-		lo = c.cfg.minBlock
-	}
-	return min(lo, hi), hi
-}
-
-// rateWindow is the shortest time the demand is measured over, unless a whole block was taken sooner:
-// carves and leases within it keep the rate measured before, so that leases starting one after another
-// do not each measure almost nothing.
-const rateWindow = 10 * time.Millisecond
-
-// sampleRateLocked measures the demand since the last sample, once rateWindow has passed or a block's
-// worth of IDs was carved, and moves the low-water mark with it. Callers sample as they carve runs,
-// and leases as they start.
-func (c *Client) sampleRateLocked(now time.Time) {
-	dt := now.Sub(c.rateAt)
-	carved := c.carvedTotal - c.rateCarved
-	if dt <= 0 || dt < rateWindow && carved < max(c.lastSize, 1) {
-		return
-	}
-	sample := float64(carved) / max(dt, time.Millisecond).Seconds()
-	// Follow a rising rate at once (a stall costs more than a large block); let a falling one decay.
-	c.rate = max(sample, (c.rate+sample)/2)
-	c.rateAt, c.rateCarved = now, c.carvedTotal
-	if c.refills > 0 {
-		c.setLowWaterLocked()
-	}
-}
-
-// requestSizeLocked samples the demand and returns the size of the next block: enough for the refill
-// interval at the observed rate, and for several refill latencies, within the bounds and short enough
-// to be used up before its lease expires. 0 asks for the namespace's block size.
-func (c *Client) requestSizeLocked() int64 {
-	c.sampleRateLocked(c.cfg.clock.Now())
-	if c.refills == 0 && c.cfg.minBlock == 0 && c.cfg.maxBlock == 0 {
-		return 0
-	}
-	want := c.rate * c.cfg.refillInterval.Seconds()
-	want = max(want, c.rate*4*c.refillLatency().Seconds())
-	if life := c.blockLife(); life > 0 {
-		want = min(want, c.rate*life.Seconds()/2)
-	}
-	lo, hi := c.bounds()
-	if want >= float64(hi) {
-		return hi
-	}
-	return max(lo, min(hi, int64(math.Ceil(want))))
-}
-
-// blockLife is how long a block can be used: the namespace's lease TTL, or less when the last block
-// came with less time left (a server that carves blocks from an older segment); 0 means unbounded.
-func (c *Client) blockLife() time.Duration {
-	switch {
-	case c.lastLife > 0 && (c.ttl <= 0 || c.lastLife < c.ttl):
-		return c.lastLife
-	default:
-		return max(c.ttl, 0)
-	}
-}
-
-// refillLatency is what the low-water mark plans for: the larger of the moving average and the slowest
-// recent refill.
-func (c *Client) refillLatency() time.Duration { return max(c.latency, c.slowest) }
-
-// slowestHalfLife is how fast a slow refill is forgotten: a busy process or server is slow in bursts,
-// and the next burst is likely while the last is recent.
-const slowestHalfLife = time.Second
-
-// noteLatencyLocked records how long a successful refill took.
-func (c *Client) noteLatencyLocked(took time.Duration, now time.Time) {
-	if c.refills == 0 {
-		c.latency = took
-	} else {
-		c.latency = (3*c.latency + took) / 4
-	}
-	if dt := now.Sub(c.slowestAt); dt > 0 {
-		c.slowest = time.Duration(float64(c.slowest) * math.Exp2(-dt.Seconds()/slowestHalfLife.Seconds()))
-	}
-	c.slowest, c.slowestAt = max(c.slowest, took), now
-}
-
-// schedulingSlack is the time a refill may wait for a processor before it starts: the Go scheduler
-// preempts a busy goroutine after 10ms.
-const schedulingSlack = 10 * time.Millisecond
-
-// setLowWaterLocked sets the mark so that a refill started at it lands before the cache runs out at the
-// observed rate: room for two refill latencies plus the scheduling slack, plus the hedge delay when the
-// source can hedge (so that a refill whose first request hangs still lands, through its hedge), and
-// never below 20% of the last block. The mark counts the IDs cached and those asked for by the leases
-// in flight; when it is more than a block, several leases are in flight and the cache holds several
-// blocks. Blocks that expire hold no more than half their life's worth: IDs beyond it would expire
-// unserved.
-func (c *Client) setLowWaterLocked() {
-	runway := 2*c.refillLatency() + schedulingSlack
-	if c.hedge.paths > 1 {
-		runway += c.hedge.delay
-	}
-	if life := c.blockLife(); life > 0 {
-		runway = min(runway, life/2)
-	}
-	c.lowWater = max(c.lastSize/5, int64(math.Ceil(c.rate*runway.Seconds())), 1)
 }
 
 // finishLocked records the outcome of a lease and adds its block, to be served until useBy (zero:
@@ -243,7 +110,7 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 		c.lastErr = err
 		if errors.Is(err, allocator.ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
 			// The namespace's maximum is below what we asked; ask for less, at once.
-			c.sizeCap = size / 2
+			c.size.sizeCap = size / 2
 			return
 		}
 		c.failures++
@@ -265,16 +132,9 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 	}
 
 	c.failures, c.permErr, c.lastErr, c.backoffTo = 0, nil, nil, time.Time{}
-	c.noteLatencyLocked(took, now)
+	c.size.noteLatency(took, now, c.refills == 0)
 	c.refills++
-	c.lastSize = blk.Size
-	c.lastLife = 0
-	if !useBy.IsZero() {
-		c.lastLife = useBy.Sub(now)
-	}
-	if c.nsBlock == 0 {
-		c.nsBlock = blk.Size // the first lease asks for the namespace's block size
-	}
+	c.size.noteBlock(blk.Size, useBy, now)
 	c.setLowWaterLocked()
 	c.cacheLocked(blk, useBy, now)
 }
