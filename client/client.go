@@ -150,14 +150,10 @@ type Client struct {
 
 	mu        sync.Mutex
 	closed    bool
-	leases    []*lease // blocks with IDs not yet carved, oldest first
-	expiring  []*lease // blocks with an expiry whose timer is armed
-	uncarved  int64
+	ledger    ledger
 	flight    flight
-	avail     chan struct{}                          // closed and replaced whenever waiting callers should look again
-	recent    [maxInFlightLimit + 16]allocator.Block // the last blocks received, to refuse an overlapping one
-	recentN   int
-	permErr   error // a refill error that waiting will not cure (unknown namespace, bad token)
+	avail     chan struct{} // closed and replaced whenever waiting callers should look again
+	permErr   error         // a refill error that waiting will not cure (unknown namespace, bad token)
 	lastErr   error
 	failures  int
 	backoffTo time.Time
@@ -415,66 +411,38 @@ func (c *Client) runSize(l *lease) int64 {
 	return max(1, min(maxRun, l.blk.Size/(4*c.procs)))
 }
 
-// carve takes up to n IDs from the front of l's uncarved part.
+// carve takes up to n IDs from the front of l's uncarved part, and counts them.
 func (c *Client) carve(l *lease, n int64) (base, got int64) {
-	got = min(n, l.blk.Size-l.carved)
-	base = l.blk.Start + l.carved*l.blk.Step
-	l.carved += got
-	c.uncarved -= got
+	base, got = c.ledger.take(l, n)
 	c.carvedTotal += got
 	return base, got
 }
 
 // headLocked returns the oldest block with IDs left to carve, dropping used-up and expired ones.
 func (c *Client) headLocked() *lease {
-	for len(c.leases) > 0 {
-		l := c.leases[0]
-		if l.carved < l.blk.Size && (l.useBy.IsZero() || c.cfg.clock.Now().Before(l.useBy)) {
+	for {
+		l, usable := c.ledger.front(c.cfg.clock)
+		if l == nil || usable {
 			return l
 		}
-		if l.carved < l.blk.Size {
-			c.revokeLocked(l) // expired before its timer fired
-			continue
-		}
-		c.leases[0] = nil
-		c.leases = c.leases[1:]
+		c.revokeLocked(l) // expired before its timer fired
 	}
-	return nil
 }
 
 // revokeLocked stops serving l: its uncarved IDs and the unclaimed IDs of its runs are discarded.
 func (c *Client) revokeLocked(l *lease) {
-	if l.revoked {
+	left, ok := c.ledger.revoke(l)
+	if !ok {
 		return
 	}
-	l.revoked = true
-	if l.stop != nil {
-		l.stop()
-	}
-	if left := l.blk.Size - l.carved; left > 0 {
-		c.discarded += left
-		c.uncarved -= left
-		l.carved = l.blk.Size
-	}
-	for i, q := range c.leases {
-		if q == l {
-			c.leases = append(c.leases[:i:i], c.leases[i+1:]...)
-			break
-		}
-	}
-	for i, q := range c.expiring {
-		if q == l {
-			c.expiring = append(c.expiring[:i:i], c.expiring[i+1:]...)
-			break
-		}
-	}
+	c.discarded += left
 	for i := range c.shards {
 		s := &c.shards[i]
 		r := s.run.Load()
 		if r == nil || r.lease != l {
 			continue
 		}
-		claimed, left := c.drain(s, r)
+		claimed, left := s.drain(r)
 		c.served += claimed
 		c.discarded += left
 	}
@@ -483,7 +451,7 @@ func (c *Client) revokeLocked(l *lease) {
 
 // drain removes r from s and ends it: a claim that comes after returns nothing. It returns how many
 // IDs of r were claimed and how many were left.
-func (c *Client) drain(s *shard, r *run) (claimed, left int64) {
+func (s *shard) drain(r *run) (claimed, left int64) {
 	s.run.Store(nil)
 	old := r.next.Swap(r.size)
 	claimed = min(max(old, 0), r.size)
@@ -539,15 +507,10 @@ func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	st := Stats{
 		Served: c.served, Refills: c.refills, RefillErrors: c.refillErrors, RefillLatency: c.size.latency,
-		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.size.rate,
-		BlockSize: c.size.lastSize, LowWater: c.size.lowWater, LastError: c.lastErr,
+		Stalls: c.stalls, Discarded: c.discarded, Cached: c.ledger.uncarved, Rate: c.size.rate,
+		BlockSize: c.size.lastSize, LowWater: c.size.lowWater, LastError: c.lastErr, Blocks: c.ledger.blocks(),
 		InFlight: c.flight.n, PeakInFlight: c.flight.peak,
 		SlowRefills: c.hedge.slow, Hedges: c.hedge.sent, HedgesWon: c.hedge.won, HedgeDelay: c.hedge.delay,
-	}
-	for _, l := range c.leases {
-		if l.carved < l.blk.Size {
-			st.Blocks++
-		}
 	}
 	for i := range c.shards {
 		if r := c.shards[i].run.Load(); r != nil {
@@ -571,14 +534,11 @@ func (c *Client) Close() error {
 		c.closed = true
 		for i := range c.shards {
 			if r := c.shards[i].run.Load(); r != nil {
-				claimed, _ := c.drain(&c.shards[i], r)
+				claimed, _ := c.shards[i].drain(r)
 				c.served += claimed
 			}
 		}
-		for _, l := range c.expiring {
-			l.stop()
-		}
-		c.expiring = nil
+		c.ledger.stopTimers()
 		if c.stopRetry != nil {
 			c.stopRetry()
 		}

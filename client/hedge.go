@@ -120,11 +120,11 @@ func (c *Client) spareLocked(blk allocator.Block, useBy time.Time, now time.Time
 	if c.closed {
 		return
 	}
-	if err := c.overlapLocked(blk); err != nil {
+	if err := c.ledger.overlap(blk); err != nil {
 		c.refillErrors++
 		return
 	}
-	if c.uncarved+c.flight.ids >= c.size.full(c.cfg.refillInterval) {
+	if c.ledger.uncarved+c.flight.ids >= c.size.full(c.cfg.refillInterval) {
 		c.discarded += blk.Size
 		return
 	}

@@ -210,9 +210,9 @@ func TestSpares(t *testing.T) {
 			c := &Client{cfg: config{clock: newFakeClock()}.withDefaults(), avail: make(chan struct{}),
 				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, closed: tc.closed}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
-			c.uncarved = tc.cached
+			c.ledger.uncarved = tc.cached
 			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now())
-			if got := c.uncarved - tc.cached; got != tc.kept || c.discarded != tc.dropped || c.refillErrors != tc.errs {
+			if got := c.ledger.uncarved - tc.cached; got != tc.kept || c.discarded != tc.dropped || c.refillErrors != tc.errs {
 				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.discarded, c.refillErrors, tc.kept, tc.dropped, tc.errs)
 			}
 		})

@@ -21,7 +21,7 @@ func (c *Client) retry() {
 // block has landed, one lease at a time, and none while the namespace's settings are read after it.
 func (c *Client) needLeaseLocked() bool {
 	f := &c.flight
-	if c.closed || c.uncarved+f.ids >= c.size.lowWater || f.n >= c.cfg.maxInFlight {
+	if c.closed || c.ledger.uncarved+f.ids >= c.size.lowWater || f.n >= c.cfg.maxInFlight {
 		return false
 	}
 	if f.learning || (f.n > 0 && c.refills == 0) {
@@ -84,7 +84,7 @@ func (c *Client) request(r *refill, hedge bool) {
 	}
 	leased := err == nil
 	if leased {
-		err = c.overlapLocked(blk)
+		err = c.ledger.overlap(blk)
 	}
 	c.finishLocked(blk, useBy, err, r.size, now.Sub(r.start))
 	if leased && !c.size.settingsOK {
@@ -142,13 +142,8 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 // cacheLocked adds a block, to be served until useBy (zero: no expiry), to the cache, and wakes the
 // callers waiting.
 func (c *Client) cacheLocked(blk allocator.Block, useBy, now time.Time) {
-	c.recent[c.recentN%len(c.recent)] = blk
-	c.recentN++
-	l := &lease{blk: blk, useBy: useBy}
-	c.leases = append(c.leases, l)
-	c.uncarved += blk.Size
+	l := c.ledger.add(blk, useBy)
 	if !useBy.IsZero() {
-		c.expiring = append(c.expiring, l)
 		l.stop = c.cfg.clock.AfterFunc(useBy.Sub(now), func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -184,16 +179,6 @@ func (c *Client) checkBlock(blk allocator.Block, now time.Time) (time.Time, erro
 			ErrBadResponse, blk, blk.ExpiresAt.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
 	return useBy, nil
-}
-
-// overlapLocked refuses a block that shares IDs with one of the last blocks received.
-func (c *Client) overlapLocked(blk allocator.Block) error {
-	for i := range min(c.recentN, len(c.recent)) {
-		if overlaps(c.recent[i], blk) {
-			return fmt.Errorf("%w: %v and %v", ErrOverlap, c.recent[i], blk)
-		}
-	}
-	return nil
 }
 
 // overlaps reports whether two blocks of the same step and residue share an ID. Blocks of different
