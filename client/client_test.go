@@ -559,7 +559,7 @@ func TestBackoffJitter(t *testing.T) {
 		{2, 0, 100 * time.Millisecond}, {3, 0, 200 * time.Millisecond}, {4, 0, 400 * time.Millisecond},
 		{5, 0, 500 * time.Millisecond}, {50, 0.999999, time.Second},
 	} {
-		c.failures = tc.failures
+		c.retrying.failures = tc.failures
 		c.cfg.jitter = func() float64 { return tc.jitter }
 		if got := c.backoffLocked(); got.Round(time.Millisecond) != tc.want {
 			t.Errorf("failures %d jitter %v: wait %s, want %s", tc.failures, tc.jitter, got, tc.want)
@@ -670,10 +670,10 @@ func TestAdaptiveBlockSize(t *testing.T) {
 func TestRequestSizeFollowsDemand(t *testing.T) {
 	clk := newFakeClock()
 	c := &Client{cfg: config{clock: clk, refillInterval: time.Second},
-		size: sizing{nsBlock: 1000, nsMax: 200_000, rateAt: clk.Now()}, refills: 1}
+		size: sizing{nsBlock: 1000, nsMax: 200_000, rateAt: clk.Now()}, count: counters{refills: 1}}
 	refill := func(perSecond int64) int64 {
 		clk.Advance(time.Second)
-		c.carvedTotal += perSecond
+		c.count.carvedTotal += perSecond
 		return c.requestSizeLocked()
 	}
 	if got := refill(50_000); got != 50_000 {
@@ -722,10 +722,10 @@ func TestRequestSizeFollowsDemand(t *testing.T) {
 // nothing and halve it.
 func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
 	clk := newFakeClock()
-	c := &Client{cfg: config{clock: clk}, size: sizing{lastSize: 1000, rateAt: clk.Now()}, refills: 1}
+	c := &Client{cfg: config{clock: clk}, size: sizing{lastSize: 1000, rateAt: clk.Now()}, count: counters{refills: 1}}
 	carve := func(after time.Duration, ids int64) float64 {
 		clk.Advance(after)
-		c.carvedTotal += ids
+		c.count.carvedTotal += ids
 		c.sampleRateLocked(clk.Now())
 		return c.size.rate
 	}
@@ -807,8 +807,8 @@ func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
 	step := func(after, took, want time.Duration) {
 		t.Helper()
 		clk.Advance(after)
-		c.size.noteLatency(took, clk.Now(), c.refills == 0)
-		c.refills++
+		c.size.noteLatency(took, clk.Now(), c.count.refills == 0)
+		c.count.refills++
 		if got := c.size.refillLatency(); got.Round(time.Microsecond) != want {
 			t.Fatalf("after a refill of %s: plans for %s, want %s", took, got, want)
 		}

@@ -82,7 +82,7 @@ func (c *Client) armHedgeLocked(r *refill) {
 func (c *Client) hedgeRefill(r *refill) {
 	c.lockForRefill()
 	defer c.mu.Unlock()
-	if r.settled || c.closed {
+	if r.settled || c.life.closed {
 		return
 	}
 	c.hedge.slow++
@@ -91,7 +91,7 @@ func (c *Client) hedgeRefill(r *refill) {
 	}
 	c.hedge.sent++
 	r.open++
-	c.wg.Add(1)
+	c.life.wg.Add(1)
 	go c.request(r, true)
 }
 
@@ -117,17 +117,17 @@ func (c *Client) settleLocked(r *refill, hedge bool, err error) bool {
 // below that. Otherwise, or when it overlaps a block already received, it is dropped: a gap, never
 // served.
 func (c *Client) spareLocked(blk allocator.Block, useBy time.Time, now time.Time) {
-	if c.closed {
+	if c.life.closed {
 		return
 	}
 	if err := c.ledger.overlap(blk); err != nil {
-		c.refillErrors++
+		c.count.refillErrors++
 		return
 	}
 	if c.ledger.uncarved+c.flight.ids >= c.size.full(c.cfg.refillInterval) {
-		c.discarded += blk.Size
+		c.count.discarded += blk.Size
 		return
 	}
-	c.refills++
+	c.count.refills++
 	c.cacheLocked(blk, useBy, now)
 }

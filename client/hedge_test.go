@@ -207,13 +207,13 @@ func TestSpares(t *testing.T) {
 		{name: "closed", cached: 100, lowWater: 50, spare: blk(1000), closed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Client{cfg: config{clock: newFakeClock()}.withDefaults(), avail: make(chan struct{}),
-				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, closed: tc.closed}
+			c := &Client{cfg: config{clock: newFakeClock()}.withDefaults(), waiters: waiters{avail: make(chan struct{})},
+				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, life: lifecycle{closed: tc.closed}}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
 			c.ledger.uncarved = tc.cached
 			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now())
-			if got := c.ledger.uncarved - tc.cached; got != tc.kept || c.discarded != tc.dropped || c.refillErrors != tc.errs {
-				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.discarded, c.refillErrors, tc.kept, tc.dropped, tc.errs)
+			if got := c.ledger.uncarved - tc.cached; got != tc.kept || c.count.discarded != tc.dropped || c.count.refillErrors != tc.errs {
+				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.count.discarded, c.count.refillErrors, tc.kept, tc.dropped, tc.errs)
 			}
 		})
 	}

@@ -355,7 +355,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 			c := newClient(t, HTTP(srv.URL), "ns", withClock(clk), WithMaxWait(time.Millisecond))
 			eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
 			c.mu.Lock()
-			wait := c.backoffTo.Sub(clk.Now())
+			wait := c.retrying.backoffTo.Sub(clk.Now())
 			c.mu.Unlock()
 			if wait < 7*time.Second {
 				t.Fatalf("backoff %s after Retry-After: 7", wait)

@@ -21,13 +21,13 @@ func (c *Client) retry() {
 // block has landed, one lease at a time, and none while the namespace's settings are read after it.
 func (c *Client) needLeaseLocked() bool {
 	f := &c.flight
-	if c.closed || c.ledger.uncarved+f.ids >= c.size.lowWater || f.n >= c.cfg.maxInFlight {
+	if c.life.closed || c.ledger.uncarved+f.ids >= c.size.lowWater || f.n >= c.cfg.maxInFlight {
 		return false
 	}
-	if f.learning || (f.n > 0 && c.refills == 0) {
+	if f.learning || (f.n > 0 && c.count.refills == 0) {
 		return false
 	}
-	return !c.cfg.clock.Now().Before(c.backoffTo)
+	return !c.cfg.clock.Now().Before(c.retrying.backoffTo)
 }
 
 // startLeasesLocked starts leases while one is needed, each in a goroutine of its own. Whoever sees the
@@ -41,13 +41,10 @@ func (c *Client) startLeasesLocked() {
 		if ids == 0 {
 			ids = max(c.size.nsBlock, 1)
 		}
-		f := &c.flight
-		f.n++
-		f.ids += ids
-		f.peak = max(f.peak, f.n)
+		c.flight.start(ids)
 		r := &refill{size: size, ids: ids, start: c.cfg.clock.Now(), open: 1}
 		c.armHedgeLocked(r)
-		c.wg.Add(1)
+		c.life.wg.Add(1)
 		go c.request(r, false)
 	}
 }
@@ -56,9 +53,9 @@ func (c *Client) startLeasesLocked() {
 // when the answer settles r, adds the block to the cache and starts the leases needed next. A block
 // that comes after the other request settled r is a spare.
 func (c *Client) request(r *refill, hedge bool) {
-	defer c.wg.Done()
+	defer c.life.wg.Done()
 	start := c.cfg.clock.Now()
-	blk, err := c.src.lease(c.ctx, r.size, &r.route, hedge)
+	blk, err := c.src.lease(c.life.ctx, r.size, &r.route, hedge)
 	now := c.cfg.clock.Now()
 	var useBy time.Time
 	if err == nil {
@@ -77,9 +74,8 @@ func (c *Client) request(r *refill, hedge bool) {
 		// Only the answers used: a late one would teach the delay to wait for a path that hung.
 		c.hedge.noteRequest(now.Sub(start), &c.cfg)
 	}
-	c.flight.n--
-	c.flight.ids -= r.ids
-	if c.closed {
+	c.flight.end(r.ids)
+	if c.life.closed {
 		return // the block is a gap
 	}
 	leased := err == nil
@@ -90,10 +86,10 @@ func (c *Client) request(r *refill, hedge bool) {
 	if leased && !c.size.settingsOK {
 		c.size.settingsOK, c.flight.learning = true, true
 		c.mu.Unlock()
-		ns, err := c.src.settings(c.ctx)
+		ns, err := c.src.settings(c.life.ctx)
 		c.lockForRefill()
 		c.flight.learning = false
-		if c.closed {
+		if c.life.closed {
 			return
 		}
 		c.size.learnSettings(ns, err)
@@ -106,34 +102,32 @@ func (c *Client) request(r *refill, hedge bool) {
 func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, size int64, took time.Duration) {
 	now := c.cfg.clock.Now()
 	if err != nil {
-		c.refillErrors++
-		c.lastErr = err
+		c.count.refillErrors++
+		c.retrying.lastErr = err
 		if errors.Is(err, allocator.ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
 			// The namespace's maximum is below what we asked; ask for less, at once.
 			c.size.sizeCap = size / 2
 			return
 		}
-		c.failures++
+		c.retrying.failures++
 		wait := c.backoffLocked()
 		var se *StatusError
 		if errors.As(err, &se) && se.RetryAfter > wait {
 			wait = se.RetryAfter
 		}
-		c.backoffTo = now.Add(wait)
-		if c.stopRetry != nil {
-			c.stopRetry()
-		}
-		c.stopRetry = c.cfg.clock.AfterFunc(wait, c.retry)
+		c.retrying.backoffTo = now.Add(wait)
+		c.retrying.stop()
+		c.retrying.stopRetry = c.cfg.clock.AfterFunc(wait, c.retry)
 		if permanent(err) {
-			c.permErr = fmt.Errorf("client: namespace %s: %w", c.ns, err)
-			c.broadcastLocked()
+			c.retrying.permErr = fmt.Errorf("client: namespace %s: %w", c.ns, err)
+			c.waiters.broadcast()
 		}
 		return
 	}
 
-	c.failures, c.permErr, c.lastErr, c.backoffTo = 0, nil, nil, time.Time{}
-	c.size.noteLatency(took, now, c.refills == 0)
-	c.refills++
+	c.retrying.succeeded()
+	c.size.noteLatency(took, now, c.count.refills == 0)
+	c.count.refills++
 	c.size.noteBlock(blk.Size, useBy, now)
 	c.setLowWaterLocked()
 	c.cacheLocked(blk, useBy, now)
@@ -147,15 +141,15 @@ func (c *Client) cacheLocked(blk allocator.Block, useBy, now time.Time) {
 		l.stop = c.cfg.clock.AfterFunc(useBy.Sub(now), func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if !c.closed {
+			if !c.life.closed {
 				c.revokeLocked(l)
 			}
 		})
 	}
-	if c.waiting.Load() > 1 {
+	if c.waiters.callers.Load() > 1 {
 		c.fillShardsLocked() // a caller alone carves its own run, from the front of the block
 	}
-	c.broadcastLocked()
+	c.waiters.broadcast()
 }
 
 // checkBlock refuses a block that is malformed, of another namespace, or (nearly) expired; it returns
@@ -196,7 +190,7 @@ func overlaps(a, b allocator.Block) bool {
 // and all of it.
 func (c *Client) backoffLocked() time.Duration {
 	d := c.cfg.backoffMin
-	for i := 1; i < c.failures && d < c.cfg.backoffMax; i++ {
+	for i := 1; i < c.retrying.failures && d < c.cfg.backoffMax; i++ {
 		d *= 2
 	}
 	d = min(d, c.cfg.backoffMax)

@@ -175,7 +175,7 @@ func (s *sizing) full(refillInterval time.Duration) int64 {
 // sampleRateLocked samples the demand and, once a block has landed, moves the low-water mark with it.
 // Callers sample as they carve runs, and leases as they start.
 func (c *Client) sampleRateLocked(now time.Time) {
-	if c.size.sampleRate(now, c.carvedTotal) && c.refills > 0 {
+	if c.size.sampleRate(now, c.count.carvedTotal) && c.count.refills > 0 {
 		c.setLowWaterLocked()
 	}
 }
@@ -184,7 +184,7 @@ func (c *Client) sampleRateLocked(now time.Time) {
 // sizing.requestSize).
 func (c *Client) requestSizeLocked() int64 {
 	c.sampleRateLocked(c.cfg.clock.Now())
-	return c.size.requestSize(&c.cfg, c.refills == 0)
+	return c.size.requestSize(&c.cfg, c.count.refills == 0)
 }
 
 // setLowWaterLocked sets the low-water mark, with room for the hedge delay when the source can hedge.
