@@ -130,7 +130,7 @@ type lease struct {
 	stop    func() bool // the expiry timer
 }
 
-// flight is the state of the leases in flight.
+// flight is the state of the leases in flight. Guarded by Client.mu.
 type flight struct {
 	n        int   // leases in flight
 	ids      int64 // IDs they asked for (the namespace's block size for a lease of size 0)
@@ -138,8 +138,90 @@ type flight struct {
 	learning bool  // the namespace's settings are being read: no second lease yet
 }
 
+// start counts a lease of ids IDs in flight.
+func (f *flight) start(ids int64) {
+	f.n++
+	f.ids += ids
+	f.peak = max(f.peak, f.n)
+}
+
+// end counts off a lease of ids IDs whose refill is settled.
+func (f *flight) end(ids int64) {
+	f.n--
+	f.ids -= ids
+}
+
+// retrying is the outcome of the last refills: their errors and the backoff before the next. Guarded
+// by Client.mu.
+type retrying struct {
+	permErr   error // a refill error that waiting will not cure (unknown namespace, bad token)
+	lastErr   error
+	failures  int
+	backoffTo time.Time
+	stopRetry func() bool
+}
+
+// succeeded clears the errors and the backoff after a refill that leased a block.
+func (r *retrying) succeeded() {
+	r.failures, r.permErr, r.lastErr, r.backoffTo = 0, nil, nil, time.Time{}
+}
+
+// stop cancels the retry timer, if one is armed.
+func (r *retrying) stop() {
+	if r.stopRetry != nil {
+		r.stopRetry()
+	}
+}
+
+// counters are the tallies Stats reports. Guarded by Client.mu.
+type counters struct {
+	served, carvedTotal, discarded, stalls, refills, refillErrors int64
+}
+
+// waiters is who waits on whom: callers waiting for a block, and lease goroutines waiting for
+// Client.mu, whom callers holding it make way for.
+type waiters struct {
+	avail   chan struct{} // closed and replaced whenever waiting callers should look again; under Client.mu
+	callers atomic.Int32  // callers waiting for a block
+	refills atomic.Int32  // lease goroutines waiting for Client.mu
+}
+
+// broadcast wakes the callers waiting, so that they look again. The caller holds Client.mu.
+func (w *waiters) broadcast() {
+	close(w.avail)
+	w.avail = make(chan struct{})
+}
+
+// lifecycle is what Close ends: the background leases and timers, and the callers waiting. closed is
+// guarded by Client.mu; the rest is set by New and synchronizes itself.
+type lifecycle struct {
+	closed    bool
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// stop cancels the leases in flight, wakes the callers waiting and waits for the lease goroutines to
+// return.
+func (l *lifecycle) stop() {
+	l.cancel()
+	close(l.done)
+	l.wg.Wait()
+}
+
 // Client serves unique IDs of one namespace from leased blocks. All its methods are safe for
 // concurrent use by any number of goroutines.
+//
+// Its state comes in parts, each a type with the methods that keep it: the processors' runs (shards),
+// the ledger of blocks held, the leases in flight, the sizing of the next block, the refill errors and
+// backoff, the hedging, the counters, the waiters and the lifecycle. The runs are read and claimed
+// without a lock; mu guards every other part (but the atomics in waiters and what New sets in
+// lifecycle), all of them under the one lock because their invariants span parts: a carve moves IDs
+// from the ledger to a run, counts them and samples the demand; a block that lands changes the flight,
+// the backoff, the sizing, the counters and the ledger at once, and the low-water mark it sets is
+// measured against the ledger and the flight together.
 type Client struct {
 	shards [numShards]shard
 
@@ -148,49 +230,15 @@ type Client struct {
 	src   leaser
 	procs int64
 
-	mu        sync.Mutex
-	closed    bool
-	leases    []*lease // blocks with IDs not yet carved, oldest first
-	expiring  []*lease // blocks with an expiry whose timer is armed
-	uncarved  int64
-	flight    flight
-	avail     chan struct{}                          // closed and replaced whenever waiting callers should look again
-	recent    [maxInFlightLimit + 16]allocator.Block // the last blocks received, to refuse an overlapping one
-	recentN   int
-	permErr   error // a refill error that waiting will not cure (unknown namespace, bad token)
-	lastErr   error
-	failures  int
-	backoffTo time.Time
-	stopRetry func() bool
-
-	// adaptive sizing
-	rate       float64 // IDs/s
-	rateAt     time.Time
-	rateCarved int64
-	latency    time.Duration // moving average of successful refills
-	slowest    time.Duration // the slowest recent refill, decayed by slowestHalfLife
-	slowestAt  time.Time
-	lastSize   int64
-	lowWater   int64
-	nsBlock    int64         // the namespace's block size; 0 until known
-	nsMax      int64         // the namespace's maximum block size; 0 until known
-	sizeCap    int64         // lowered when the source refuses a size
-	ttl        time.Duration // the namespace's lease TTL, when the source tells it
-	lastLife   time.Duration // how long the last block could be used when it arrived
-	settingsOK bool
-
-	hedge hedging
-
-	// counters (under mu)
-	served, carvedTotal, discarded, stalls, refills, refillErrors int64
-
-	refillWaits atomic.Int32 // lease goroutines waiting for mu
-	waiting     atomic.Int32 // callers waiting for a block
-	done        chan struct{}
-	ctx         context.Context
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	closeOnce   sync.Once
+	mu       sync.Mutex
+	ledger   ledger
+	flight   flight
+	size     sizing
+	retrying retrying
+	hedge    hedging
+	count    counters
+	waiters  waiters
+	life     lifecycle
 }
 
 // New returns a Client that serves IDs of namespace from src. It does no I/O itself: a background
@@ -219,15 +267,15 @@ func New(src Source, namespace string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		ns: namespace, cfg: cfg, src: l,
-		procs:    int64(min(max(cfg.procs, 1), numShards)),
-		avail:    make(chan struct{}),
-		lowWater: 1, // lease the first block at once
-		done:     make(chan struct{}),
+		procs: int64(min(max(cfg.procs, 1), numShards)),
 	}
+	c.waiters.avail = make(chan struct{})
+	c.size.lowWater = 1 // lease the first block at once
+	c.life.done = make(chan struct{})
 	c.hedge.paths = l.paths()
 	c.hedge.delay = c.hedge.derive(&c.cfg)
-	c.rateAt = cfg.clock.Now()
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.size.rateAt = cfg.clock.Now()
+	c.life.ctx, c.life.cancel = context.WithCancel(context.Background())
 	c.mu.Lock()
 	c.startLeasesLocked()
 	c.mu.Unlock()
@@ -280,7 +328,7 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 			return n, nil
 		}
 		c.mu.Lock()
-		if c.closed {
+		if c.life.closed {
 			c.mu.Unlock()
 			return n, ErrClosed
 		}
@@ -293,19 +341,19 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 			c.unlockYielding(yield)
 			return n, nil
 		}
-		if c.permErr != nil {
-			err := c.permErr
+		if c.retrying.permErr != nil {
+			err := c.retrying.permErr
 			c.startLeasesLocked() // a retry, if its backoff has passed
 			c.mu.Unlock()
 			return n, err
 		}
-		if !stalled && c.refills > 0 { // waiting for the first block is start-up, not a stall
+		if !stalled && c.count.refills > 0 { // waiting for the first block is start-up, not a stall
 			stalled = true
-			c.stalls++
+			c.count.stalls++
 		}
 		c.startLeasesLocked()
-		ch := c.avail
-		c.waiting.Add(1)
+		ch := c.waiters.avail
+		c.waiters.callers.Add(1)
 		c.mu.Unlock()
 
 		if timer == nil {
@@ -319,18 +367,18 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 			why = ctx.Err()
 		case <-timer.C:
 			why = fmt.Errorf("waited %s (WithMaxWait)", c.cfg.maxWait)
-		case <-c.done:
+		case <-c.life.done:
 		}
-		c.waiting.Add(-1)
+		c.waiters.callers.Add(-1)
 		if why == nil {
 			select {
-			case <-c.done:
+			case <-c.life.done:
 			default:
 				continue // look again, first without the lock: the block that landed may have left a run here
 			}
 		}
 		c.mu.Lock()
-		closed, last := c.closed, c.lastErr
+		closed, last := c.life.closed, c.retrying.lastErr
 		c.mu.Unlock()
 		switch {
 		case closed:
@@ -352,7 +400,7 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 // for a fraction of a nanosecond per ID.
 func (c *Client) unlockYielding(yield bool) {
 	c.mu.Unlock()
-	if yield || c.refillWaits.Load() > 0 {
+	if yield || c.waiters.refills.Load() > 0 {
 		runtime.Gosched()
 	}
 }
@@ -362,9 +410,9 @@ func (c *Client) lockForRefill() {
 	if c.mu.TryLock() {
 		return
 	}
-	c.refillWaits.Add(1)
+	c.waiters.refills.Add(1)
 	c.mu.Lock()
-	c.refillWaits.Add(-1)
+	c.waiters.refills.Add(-1)
 }
 
 // carveLocked gives the caller's processor a new run (or, for a batch of at least a run, IDs straight
@@ -382,7 +430,7 @@ func (c *Client) carveLocked(dst []int64) (n int, inFlight bool) {
 		size := c.runSize(l)
 		if want >= size {
 			base, got := c.carve(l, want)
-			c.served += got
+			c.count.served += got
 			for i := range got {
 				dst[n] = base + i*l.blk.Step
 				n++
@@ -401,7 +449,7 @@ func (c *Client) carveLocked(dst []int64) (n int, inFlight bool) {
 func (c *Client) installLocked(s *shard, l *lease) *run {
 	base, got := c.carve(l, c.runSize(l))
 	if old := s.run.Load(); old != nil {
-		c.served += old.size
+		c.count.served += old.size
 	}
 	r := &run{size: got, base: base, step: l.blk.Step, lease: l}
 	s.run.Store(r)
@@ -430,84 +478,51 @@ func (c *Client) runSize(l *lease) int64 {
 	return max(1, min(maxRun, l.blk.Size/(4*c.procs)))
 }
 
-// carve takes up to n IDs from the front of l's uncarved part.
+// carve takes up to n IDs from the front of l's uncarved part, and counts them.
 func (c *Client) carve(l *lease, n int64) (base, got int64) {
-	got = min(n, l.blk.Size-l.carved)
-	base = l.blk.Start + l.carved*l.blk.Step
-	l.carved += got
-	c.uncarved -= got
-	c.carvedTotal += got
+	base, got = c.ledger.take(l, n)
+	c.count.carvedTotal += got
 	return base, got
 }
 
 // headLocked returns the oldest block with IDs left to carve, dropping used-up and expired ones.
 func (c *Client) headLocked() *lease {
-	for len(c.leases) > 0 {
-		l := c.leases[0]
-		if l.carved < l.blk.Size && (l.useBy.IsZero() || c.cfg.clock.Now().Before(l.useBy)) {
+	for {
+		l, usable := c.ledger.front(c.cfg.clock)
+		if l == nil || usable {
 			return l
 		}
-		if l.carved < l.blk.Size {
-			c.revokeLocked(l) // expired before its timer fired
-			continue
-		}
-		c.leases[0] = nil
-		c.leases = c.leases[1:]
+		c.revokeLocked(l) // expired before its timer fired
 	}
-	return nil
 }
 
 // revokeLocked stops serving l: its uncarved IDs and the unclaimed IDs of its runs are discarded.
 func (c *Client) revokeLocked(l *lease) {
-	if l.revoked {
+	left, ok := c.ledger.revoke(l)
+	if !ok {
 		return
 	}
-	l.revoked = true
-	if l.stop != nil {
-		l.stop()
-	}
-	if left := l.blk.Size - l.carved; left > 0 {
-		c.discarded += left
-		c.uncarved -= left
-		l.carved = l.blk.Size
-	}
-	for i, q := range c.leases {
-		if q == l {
-			c.leases = append(c.leases[:i:i], c.leases[i+1:]...)
-			break
-		}
-	}
-	for i, q := range c.expiring {
-		if q == l {
-			c.expiring = append(c.expiring[:i:i], c.expiring[i+1:]...)
-			break
-		}
-	}
+	c.count.discarded += left
 	for i := range c.shards {
 		s := &c.shards[i]
 		r := s.run.Load()
 		if r == nil || r.lease != l {
 			continue
 		}
-		claimed, left := c.drain(s, r)
-		c.served += claimed
-		c.discarded += left
+		claimed, left := s.drain(r)
+		c.count.served += claimed
+		c.count.discarded += left
 	}
 	c.startLeasesLocked()
 }
 
 // drain removes r from s and ends it: a claim that comes after returns nothing. It returns how many
 // IDs of r were claimed and how many were left.
-func (c *Client) drain(s *shard, r *run) (claimed, left int64) {
+func (s *shard) drain(r *run) (claimed, left int64) {
 	s.run.Store(nil)
 	old := r.next.Swap(r.size)
 	claimed = min(max(old, 0), r.size)
 	return claimed, r.size - claimed
-}
-
-func (c *Client) broadcastLocked() {
-	close(c.avail)
-	c.avail = make(chan struct{})
 }
 
 // Stats is a snapshot of a Client's counters.
@@ -553,16 +568,12 @@ type Stats struct {
 func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	st := Stats{
-		Served: c.served, Refills: c.refills, RefillErrors: c.refillErrors, RefillLatency: c.latency,
-		Stalls: c.stalls, Discarded: c.discarded, Cached: c.uncarved, Rate: c.rate,
-		BlockSize: c.lastSize, LowWater: c.lowWater, LastError: c.lastErr,
+		Served: c.count.served, Refills: c.count.refills, RefillErrors: c.count.refillErrors,
+		RefillLatency: c.size.latency, Stalls: c.count.stalls, Discarded: c.count.discarded,
+		Cached: c.ledger.uncarved, Rate: c.size.rate, BlockSize: c.size.lastSize, LowWater: c.size.lowWater,
+		LastError: c.retrying.lastErr, Blocks: c.ledger.blocks(),
 		InFlight: c.flight.n, PeakInFlight: c.flight.peak,
 		SlowRefills: c.hedge.slow, Hedges: c.hedge.sent, HedgesWon: c.hedge.won, HedgeDelay: c.hedge.delay,
-	}
-	for _, l := range c.leases {
-		if l.carved < l.blk.Size {
-			st.Blocks++
-		}
 	}
 	for i := range c.shards {
 		if r := c.shards[i].run.Load(); r != nil {
@@ -581,27 +592,20 @@ func (c *Client) Stats() Stats {
 // Next after Close return ErrClosed. Close is safe to call more than
 // once and always returns nil.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() {
+	c.life.closeOnce.Do(func() {
 		c.mu.Lock()
-		c.closed = true
+		c.life.closed = true
 		for i := range c.shards {
 			if r := c.shards[i].run.Load(); r != nil {
-				claimed, _ := c.drain(&c.shards[i], r)
-				c.served += claimed
+				claimed, _ := c.shards[i].drain(r)
+				c.count.served += claimed
 			}
 		}
-		for _, l := range c.expiring {
-			l.stop()
-		}
-		c.expiring = nil
-		if c.stopRetry != nil {
-			c.stopRetry()
-		}
-		c.broadcastLocked()
+		c.ledger.stopTimers()
+		c.retrying.stop()
+		c.waiters.broadcast()
 		c.mu.Unlock()
-		c.cancel()
-		close(c.done)
-		c.wg.Wait()
+		c.life.stop()
 		c.src.close()
 	})
 	return nil

@@ -240,7 +240,7 @@ func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
 	// As if a refill had just taken an hour: the mark asks for far more than eight blocks, so eight
 	// leases are in flight whenever one starts.
 	c.mu.Lock()
-	c.slowest, c.slowestAt = time.Hour, c.cfg.clock.Now()
+	c.size.slowest, c.size.slowestAt = time.Hour, c.cfg.clock.Now()
 	c.mu.Unlock()
 	const goroutines, perG = 32, 20_000
 	set := newIDSet()
@@ -564,7 +564,7 @@ func TestBackoffJitter(t *testing.T) {
 		{2, 0, 100 * time.Millisecond}, {3, 0, 200 * time.Millisecond}, {4, 0, 400 * time.Millisecond},
 		{5, 0, 500 * time.Millisecond}, {50, 0.999999, time.Second},
 	} {
-		c.failures = tc.failures
+		c.retrying.failures = tc.failures
 		c.cfg.jitter = func() float64 { return tc.jitter }
 		if got := c.backoffLocked(); got.Round(time.Millisecond) != tc.want {
 			t.Errorf("failures %d jitter %v: wait %s, want %s", tc.failures, tc.jitter, got, tc.want)
@@ -647,7 +647,7 @@ func TestAdaptiveBlockSize(t *testing.T) {
 		}
 	}
 	take(1)
-	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.nsMax == 200_000 })
+	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.size.nsMax == 200_000 })
 	// 50,000 IDs in one (fake) second.
 	for range 50 {
 		clk.Advance(20 * time.Millisecond)
@@ -673,10 +673,11 @@ func TestAdaptiveBlockSize(t *testing.T) {
 // falling one decays by half per refill; a lease TTL caps the block at half of what it would use.
 func TestRequestSizeFollowsDemand(t *testing.T) {
 	clk := allocatortest.NewClock()
-	c := &Client{cfg: config{clock: clk, refillInterval: time.Second}, nsBlock: 1000, nsMax: 200_000, refills: 1, rateAt: clk.Now()}
+	c := &Client{cfg: config{clock: clk, refillInterval: time.Second},
+		size: sizing{nsBlock: 1000, nsMax: 200_000, rateAt: clk.Now()}, count: counters{refills: 1}}
 	refill := func(perSecond int64) int64 {
 		clk.Advance(time.Second)
-		c.carvedTotal += perSecond
+		c.count.carvedTotal += perSecond
 		return c.requestSizeLocked()
 	}
 	if got := refill(50_000); got != 50_000 {
@@ -697,20 +698,20 @@ func TestRequestSizeFollowsDemand(t *testing.T) {
 	if last := sizes[len(sizes)-1]; last != 1000 {
 		t.Fatalf("at 100 IDs/s the blocks did not shrink to the minimum 1000: %v", sizes)
 	}
-	c.latency = 2 * time.Second // a refill slower than the interval: size for 4 latencies
+	c.size.latency = 2 * time.Second // a refill slower than the interval: size for 4 latencies
 	if got := refill(10_000); got != 80_000 {
 		t.Fatalf("with 2s refills at 10k/s: %d, want 80000", got)
 	}
-	c.latency = 0
-	c.ttl = time.Second
+	c.size.latency = 0
+	c.size.ttl = time.Second
 	if got := refill(30_000); got != 15_000 {
 		t.Fatalf("at 30k/s with a 1s TTL: %d, want 15000 (half a TTL's worth)", got)
 	}
-	c.ttl, c.lastLife = time.Hour, time.Second // a block carved from an older segment had 1s left
+	c.size.ttl, c.size.lastLife = time.Hour, time.Second // a block carved from an older segment had 1s left
 	if got := refill(30_000); got != 15_000 {
 		t.Fatalf("at 30k/s with blocks that last 1s: %d, want 15000", got)
 	}
-	c.ttl, c.lastLife, c.rate = 0, 0, 0
+	c.size.ttl, c.size.lastLife, c.size.rate = 0, 0, 0
 	c.cfg.minBlock, c.cfg.maxBlock = 5000, 7000
 	if got := refill(1); got != 5000 {
 		t.Fatalf("WithMinBlockSize(5000): %d", got)
@@ -725,12 +726,12 @@ func TestRequestSizeFollowsDemand(t *testing.T) {
 // nothing and halve it.
 func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
 	clk := allocatortest.NewClock()
-	c := &Client{cfg: config{clock: clk}, lastSize: 1000, refills: 1, rateAt: clk.Now()}
+	c := &Client{cfg: config{clock: clk}, size: sizing{lastSize: 1000, rateAt: clk.Now()}, count: counters{refills: 1}}
 	carve := func(after time.Duration, ids int64) float64 {
 		clk.Advance(after)
-		c.carvedTotal += ids
+		c.count.carvedTotal += ids
 		c.sampleRateLocked(clk.Now())
-		return c.rate
+		return c.size.rate
 	}
 	if got := carve(2*time.Millisecond, 500); got != 0 {
 		t.Fatalf("half a block in 2ms: rate %v, want none measured yet", got)
@@ -747,8 +748,8 @@ func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
 	if got := carve(9*time.Millisecond, 90); got != 255_000 {
 		t.Fatalf("100 IDs in 10ms: rate %v, want the falling rate halfway down, 255,000/s", got)
 	}
-	if c.lowWater != int64(255_000*0.01) {
-		t.Fatalf("low-water %d, want it moved with the rate", c.lowWater)
+	if c.size.lowWater != int64(255_000*0.01) {
+		t.Fatalf("low-water %d, want it moved with the rate", c.size.lowWater)
 	}
 }
 
@@ -794,10 +795,10 @@ func TestLowWaterMark(t *testing.T) {
 		{10, time.Second, 0, 21},
 		{0, 0, 0, 1},
 	} {
-		c := &Client{rate: tc.rate, latency: tc.latency, lastSize: tc.lastSize}
+		c := &Client{size: sizing{rate: tc.rate, latency: tc.latency, lastSize: tc.lastSize}}
 		c.setLowWaterLocked()
-		if c.lowWater != tc.want {
-			t.Errorf("rate %v latency %s block %d: low-water %d, want %d", tc.rate, tc.latency, tc.lastSize, c.lowWater, tc.want)
+		if c.size.lowWater != tc.want {
+			t.Errorf("rate %v latency %s block %d: low-water %d, want %d", tc.rate, tc.latency, tc.lastSize, c.size.lowWater, tc.want)
 		}
 	}
 }
@@ -810,9 +811,9 @@ func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
 	step := func(after, took, want time.Duration) {
 		t.Helper()
 		clk.Advance(after)
-		c.noteLatencyLocked(took, clk.Now())
-		c.refills++
-		if got := c.refillLatency(); got.Round(time.Microsecond) != want {
+		c.size.noteLatency(took, clk.Now(), c.count.refills == 0)
+		c.count.refills++
+		if got := c.size.refillLatency(); got.Round(time.Microsecond) != want {
 			t.Fatalf("after a refill of %s: plans for %s, want %s", took, got, want)
 		}
 	}
@@ -1030,7 +1031,7 @@ func TestLeasesInFlightFollowDemand(t *testing.T) {
 		eventually(t, "the block cached", func() bool { return c.Stats().Refills == refills+1 })
 	}
 	take(100) // the first block, which the backend lets through
-	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.nsMax == 1000 })
+	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.size.nsMax == 1000 })
 
 	// Tens of thousands of IDs a second; the second lease starts below the mark and takes 300ms.
 	clk.Advance(10 * time.Millisecond)

@@ -70,6 +70,15 @@ func (h *hedging) derive(cfg *config) time.Duration {
 	return h.answers.Get(hedgeFloor, cfg.requestTimeout/2, firstHedgeDelay)
 }
 
+// runway is the time the low-water mark leaves for a hedge: the hedge delay when there is another URL
+// to hedge to, else none.
+func (h *hedging) runway() time.Duration {
+	if h.paths > 1 {
+		return h.delay
+	}
+	return 0
+}
+
 // armHedgeLocked starts r's hedge timer.
 func (c *Client) armHedgeLocked(r *refill) {
 	r.stopHedge = c.cfg.clock.AfterFunc(c.hedge.delay, func() { c.hedgeRefill(r) })
@@ -80,7 +89,7 @@ func (c *Client) armHedgeLocked(r *refill) {
 func (c *Client) hedgeRefill(r *refill) {
 	c.lockForRefill()
 	defer c.mu.Unlock()
-	if r.settled || c.closed {
+	if r.settled || c.life.closed {
 		return
 	}
 	c.hedge.slow++
@@ -89,7 +98,7 @@ func (c *Client) hedgeRefill(r *refill) {
 	}
 	c.hedge.sent++
 	r.open++
-	c.wg.Add(1)
+	c.life.wg.Add(1)
 	go c.request(r, true)
 }
 
@@ -115,18 +124,17 @@ func (c *Client) settleLocked(r *refill, hedge bool, err error) bool {
 // below that. Otherwise, or when it overlaps a block already received, it is dropped: a gap, never
 // served.
 func (c *Client) spareLocked(blk allocator.Block, useBy time.Time, now time.Time) {
-	if c.closed {
+	if c.life.closed {
 		return
 	}
-	if err := c.overlapLocked(blk); err != nil {
-		c.refillErrors++
+	if err := c.ledger.overlap(blk); err != nil {
+		c.count.refillErrors++
 		return
 	}
-	full := c.lowWater + max(c.lastSize, int64(c.rate*c.cfg.refillInterval.Seconds()))
-	if c.uncarved+c.flight.ids >= full {
-		c.discarded += blk.Size
+	if c.ledger.uncarved+c.flight.ids >= c.size.full(c.cfg.refillInterval) {
+		c.count.discarded += blk.Size
 		return
 	}
-	c.refills++
+	c.count.refills++
 	c.cacheLocked(blk, useBy, now)
 }

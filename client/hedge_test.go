@@ -140,11 +140,11 @@ func TestLowWaterMarkCoversTheHedgeDelay(t *testing.T) {
 		{1, 30_000}, // 1 M/s × (2 × 10ms + 10ms)
 		{2, 70_000}, // and 40ms of hedge delay
 	} {
-		c := &Client{rate: 1e6, latency: 10 * time.Millisecond, lastSize: 1000,
+		c := &Client{size: sizing{rate: 1e6, latency: 10 * time.Millisecond, lastSize: 1000},
 			hedge: hedging{paths: tc.paths, delay: 40 * time.Millisecond}}
 		c.setLowWaterLocked()
-		if c.lowWater != tc.want {
-			t.Errorf("%d URLs: low-water %d, want %d", tc.paths, c.lowWater, tc.want)
+		if c.size.lowWater != tc.want {
+			t.Errorf("%d URLs: low-water %d, want %d", tc.paths, c.size.lowWater, tc.want)
 		}
 	}
 }
@@ -234,13 +234,13 @@ func TestSpares(t *testing.T) {
 		{name: "closed", cached: 100, lowWater: 50, spare: blk(1000), closed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Client{cfg: config{clock: allocatortest.NewClock()}.withDefaults(), avail: make(chan struct{}),
-				lowWater: tc.lowWater, lastSize: 100, rate: tc.rate, closed: tc.closed}
+			c := &Client{cfg: config{clock: allocatortest.NewClock()}.withDefaults(), waiters: waiters{avail: make(chan struct{})},
+				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, life: lifecycle{closed: tc.closed}}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
-			c.uncarved = tc.cached
+			c.ledger.uncarved = tc.cached
 			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now())
-			if got := c.uncarved - tc.cached; got != tc.kept || c.discarded != tc.dropped || c.refillErrors != tc.errs {
-				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.discarded, c.refillErrors, tc.kept, tc.dropped, tc.errs)
+			if got := c.ledger.uncarved - tc.cached; got != tc.kept || c.count.discarded != tc.dropped || c.count.refillErrors != tc.errs {
+				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.count.discarded, c.count.refillErrors, tc.kept, tc.dropped, tc.errs)
 			}
 		})
 	}

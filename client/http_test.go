@@ -337,7 +337,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 			c := newClient(t, HTTP(srv.URL), "ns", withClock(clk), WithMaxWait(time.Millisecond))
 			eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
 			c.mu.Lock()
-			wait := c.backoffTo.Sub(clk.Now())
+			wait := c.retrying.backoffTo.Sub(clk.Now())
 			c.mu.Unlock()
 			if wait < 7*time.Second {
 				t.Fatalf("backoff %s after Retry-After: 7", wait)
@@ -371,7 +371,7 @@ func TestHTTPLearnsTheNamespaceMaximum(t *testing.T) {
 		}
 	}
 	c.mu.Lock()
-	nsMax, ttl := c.nsMax, c.ttl
+	nsMax, ttl := c.size.nsMax, c.size.ttl
 	c.mu.Unlock()
 	if nsMax != 700 || ttl != time.Hour {
 		t.Fatalf("learnt max %d, ttl %s; want 700, 1h", nsMax, ttl)

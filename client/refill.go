@@ -3,7 +3,6 @@ package client
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
@@ -22,13 +21,13 @@ func (c *Client) retry() {
 // block has landed, one lease at a time, and none while the namespace's settings are read after it.
 func (c *Client) needLeaseLocked() bool {
 	f := &c.flight
-	if c.closed || c.uncarved+f.ids >= c.lowWater || f.n >= c.cfg.maxInFlight {
+	if c.life.closed || c.ledger.uncarved+f.ids >= c.size.lowWater || f.n >= c.cfg.maxInFlight {
 		return false
 	}
-	if f.learning || (f.n > 0 && c.refills == 0) {
+	if f.learning || (f.n > 0 && c.count.refills == 0) {
 		return false
 	}
-	return !c.cfg.clock.Now().Before(c.backoffTo)
+	return !c.cfg.clock.Now().Before(c.retrying.backoffTo)
 }
 
 // startLeasesLocked starts leases while one is needed, each in a goroutine of its own. Whoever sees the
@@ -40,15 +39,12 @@ func (c *Client) startLeasesLocked() {
 		size := c.requestSizeLocked()
 		ids := size
 		if ids == 0 {
-			ids = max(c.nsBlock, 1)
+			ids = max(c.size.nsBlock, 1)
 		}
-		f := &c.flight
-		f.n++
-		f.ids += ids
-		f.peak = max(f.peak, f.n)
+		c.flight.start(ids)
 		r := &refill{size: size, ids: ids, start: c.cfg.clock.Now(), open: 1}
 		c.armHedgeLocked(r)
-		c.wg.Add(1)
+		c.life.wg.Add(1)
 		go c.request(r, false)
 	}
 }
@@ -57,9 +53,9 @@ func (c *Client) startLeasesLocked() {
 // when the answer settles r, adds the block to the cache and starts the leases needed next. A block
 // that comes after the other request settled r is a spare.
 func (c *Client) request(r *refill, hedge bool) {
-	defer c.wg.Done()
+	defer c.life.wg.Done()
 	start := c.cfg.clock.Now()
-	blk, err := c.src.lease(c.ctx, r.size, &r.route, hedge)
+	blk, err := c.src.lease(c.life.ctx, r.size, &r.route, hedge)
 	now := c.cfg.clock.Now()
 	var useBy time.Time
 	if err == nil {
@@ -81,160 +77,27 @@ func (c *Client) request(r *refill, hedge bool) {
 		// Only the answers used: a late one would teach the delay to wait for a path that hung.
 		c.hedge.noteRequest(start, now.Sub(start), &c.cfg)
 	}
-	c.flight.n--
-	c.flight.ids -= r.ids
-	if c.closed {
+	c.flight.end(r.ids)
+	if c.life.closed {
 		return // the block is a gap
 	}
 	leased := err == nil
 	if leased {
-		err = c.overlapLocked(blk)
+		err = c.ledger.overlap(blk)
 	}
 	c.finishLocked(blk, useBy, err, r.size, now.Sub(r.start))
-	if leased && !c.settingsOK {
-		c.settingsOK, c.flight.learning = true, true
+	if leased && !c.size.settingsOK {
+		c.size.settingsOK, c.flight.learning = true, true
 		c.mu.Unlock()
-		ns, err := c.src.settings(c.ctx)
+		ns, err := c.src.settings(c.life.ctx)
 		c.lockForRefill()
 		c.flight.learning = false
-		if c.closed {
+		if c.life.closed {
 			return
 		}
-		c.learnSettingsLocked(ns, err)
+		c.size.learnSettings(ns, err)
 	}
 	c.startLeasesLocked()
-}
-
-// learnSettingsLocked takes the namespace's block size bounds and lease TTL, read once after the first
-// block. When the source cannot tell (an older server, a token that may not read settings), the
-// defaults stand and a refused size lowers the cap instead.
-func (c *Client) learnSettingsLocked(ns allocator.Namespace, err error) {
-	if err != nil {
-		return
-	}
-	if ns.MaxBlockSize > 0 {
-		c.nsMax = ns.MaxBlockSize
-	}
-	if ns.BlockSize > 0 && c.nsBlock == 0 {
-		c.nsBlock = ns.BlockSize
-	}
-	c.ttl = ns.LeaseTTL
-}
-
-// bounds returns the smallest and largest block size to ask for.
-func (c *Client) bounds() (lo, hi int64) {
-	hi = int64(allocator.DefaultMaxBlockSize)
-	if c.nsMax > 0 {
-		hi = c.nsMax
-	}
-	if c.cfg.maxBlock > 0 {
-		hi = min(hi, c.cfg.maxBlock)
-	}
-	if c.sizeCap > 0 {
-		hi = min(hi, c.sizeCap)
-	}
-	lo = max(c.nsBlock, 1)
-	if c.cfg.minBlock > 0 {
-		lo = c.cfg.minBlock
-	}
-	return min(lo, hi), hi
-}
-
-// rateWindow is the shortest time the demand is measured over, unless a whole block was taken sooner:
-// carves and leases within it keep the rate measured before, so that leases starting one after another
-// do not each measure almost nothing.
-const rateWindow = 10 * time.Millisecond
-
-// sampleRateLocked measures the demand since the last sample, once rateWindow has passed or a block's
-// worth of IDs was carved, and moves the low-water mark with it. Callers sample as they carve runs,
-// and leases as they start.
-func (c *Client) sampleRateLocked(now time.Time) {
-	dt := now.Sub(c.rateAt)
-	carved := c.carvedTotal - c.rateCarved
-	if dt <= 0 || dt < rateWindow && carved < max(c.lastSize, 1) {
-		return
-	}
-	sample := float64(carved) / max(dt, time.Millisecond).Seconds()
-	// Follow a rising rate at once (a stall costs more than a large block); let a falling one decay.
-	c.rate = max(sample, (c.rate+sample)/2)
-	c.rateAt, c.rateCarved = now, c.carvedTotal
-	if c.refills > 0 {
-		c.setLowWaterLocked()
-	}
-}
-
-// requestSizeLocked samples the demand and returns the size of the next block: enough for the refill
-// interval at the observed rate, and for several refill latencies, within the bounds and short enough
-// to be used up before its lease expires. 0 asks for the namespace's block size.
-func (c *Client) requestSizeLocked() int64 {
-	c.sampleRateLocked(c.cfg.clock.Now())
-	if c.refills == 0 && c.cfg.minBlock == 0 && c.cfg.maxBlock == 0 {
-		return 0
-	}
-	want := c.rate * c.cfg.refillInterval.Seconds()
-	want = max(want, c.rate*4*c.refillLatency().Seconds())
-	if life := c.blockLife(); life > 0 {
-		want = min(want, c.rate*life.Seconds()/2)
-	}
-	lo, hi := c.bounds()
-	if want >= float64(hi) {
-		return hi
-	}
-	return max(lo, min(hi, int64(math.Ceil(want))))
-}
-
-// blockLife is how long a block can be used: the namespace's lease TTL, or less when the last block
-// came with less time left (a server that carves blocks from an older segment); 0 means unbounded.
-func (c *Client) blockLife() time.Duration {
-	switch {
-	case c.lastLife > 0 && (c.ttl <= 0 || c.lastLife < c.ttl):
-		return c.lastLife
-	default:
-		return max(c.ttl, 0)
-	}
-}
-
-// refillLatency is what the low-water mark plans for: the larger of the moving average and the slowest
-// recent refill.
-func (c *Client) refillLatency() time.Duration { return max(c.latency, c.slowest) }
-
-// slowestHalfLife is how fast a slow refill is forgotten: a busy process or server is slow in bursts,
-// and the next burst is likely while the last is recent.
-const slowestHalfLife = time.Second
-
-// noteLatencyLocked records how long a successful refill took.
-func (c *Client) noteLatencyLocked(took time.Duration, now time.Time) {
-	if c.refills == 0 {
-		c.latency = took
-	} else {
-		c.latency = (3*c.latency + took) / 4
-	}
-	if dt := now.Sub(c.slowestAt); dt > 0 {
-		c.slowest = time.Duration(float64(c.slowest) * math.Exp2(-dt.Seconds()/slowestHalfLife.Seconds()))
-	}
-	c.slowest, c.slowestAt = max(c.slowest, took), now
-}
-
-// schedulingSlack is the time a refill may wait for a processor before it starts: the Go scheduler
-// preempts a busy goroutine after 10ms.
-const schedulingSlack = 10 * time.Millisecond
-
-// setLowWaterLocked sets the mark so that a refill started at it lands before the cache runs out at the
-// observed rate: room for two refill latencies plus the scheduling slack, plus the hedge delay when the
-// source can hedge (so that a refill whose first request hangs still lands, through its hedge), and
-// never below 20% of the last block. The mark counts the IDs cached and those asked for by the leases
-// in flight; when it is more than a block, several leases are in flight and the cache holds several
-// blocks. Blocks that expire hold no more than half their life's worth: IDs beyond it would expire
-// unserved.
-func (c *Client) setLowWaterLocked() {
-	runway := 2*c.refillLatency() + schedulingSlack
-	if c.hedge.paths > 1 {
-		runway += c.hedge.delay
-	}
-	if life := c.blockLife(); life > 0 {
-		runway = min(runway, life/2)
-	}
-	c.lowWater = max(c.lastSize/5, int64(math.Ceil(c.rate*runway.Seconds())), 1)
 }
 
 // finishLocked records the outcome of a lease and adds its block, to be served until useBy (zero:
@@ -242,42 +105,33 @@ func (c *Client) setLowWaterLocked() {
 func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, size int64, took time.Duration) {
 	now := c.cfg.clock.Now()
 	if err != nil {
-		c.refillErrors++
-		c.lastErr = err
+		c.count.refillErrors++
+		c.retrying.lastErr = err
 		if errors.Is(err, allocator.ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
 			// The namespace's maximum is below what we asked; ask for less, at once.
-			c.sizeCap = size / 2
+			c.size.sizeCap = size / 2
 			return
 		}
-		c.failures++
+		c.retrying.failures++
 		wait := c.backoffLocked()
 		var se *StatusError
 		if errors.As(err, &se) && se.RetryAfter > wait {
 			wait = se.RetryAfter
 		}
-		c.backoffTo = now.Add(wait)
-		if c.stopRetry != nil {
-			c.stopRetry()
-		}
-		c.stopRetry = c.cfg.clock.AfterFunc(wait, c.retry)
+		c.retrying.backoffTo = now.Add(wait)
+		c.retrying.stop()
+		c.retrying.stopRetry = c.cfg.clock.AfterFunc(wait, c.retry)
 		if permanent(err) {
-			c.permErr = fmt.Errorf("client: namespace %s: %w", c.ns, err)
-			c.broadcastLocked()
+			c.retrying.permErr = fmt.Errorf("client: namespace %s: %w", c.ns, err)
+			c.waiters.broadcast()
 		}
 		return
 	}
 
-	c.failures, c.permErr, c.lastErr, c.backoffTo = 0, nil, nil, time.Time{}
-	c.noteLatencyLocked(took, now)
-	c.refills++
-	c.lastSize = blk.Size
-	c.lastLife = 0
-	if !useBy.IsZero() {
-		c.lastLife = useBy.Sub(now)
-	}
-	if c.nsBlock == 0 {
-		c.nsBlock = blk.Size // the first lease asks for the namespace's block size
-	}
+	c.retrying.succeeded()
+	c.size.noteLatency(took, now, c.count.refills == 0)
+	c.count.refills++
+	c.size.noteBlock(blk.Size, useBy, now)
 	c.setLowWaterLocked()
 	c.cacheLocked(blk, useBy, now)
 }
@@ -285,25 +139,20 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 // cacheLocked adds a block, to be served until useBy (zero: no expiry), to the cache, and wakes the
 // callers waiting.
 func (c *Client) cacheLocked(blk allocator.Block, useBy, now time.Time) {
-	c.recent[c.recentN%len(c.recent)] = blk
-	c.recentN++
-	l := &lease{blk: blk, useBy: useBy}
-	c.leases = append(c.leases, l)
-	c.uncarved += blk.Size
+	l := c.ledger.add(blk, useBy)
 	if !useBy.IsZero() {
-		c.expiring = append(c.expiring, l)
 		l.stop = c.cfg.clock.AfterFunc(useBy.Sub(now), func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if !c.closed {
+			if !c.life.closed {
 				c.revokeLocked(l)
 			}
 		})
 	}
-	if c.waiting.Load() > 1 {
+	if c.waiters.callers.Load() > 1 {
 		c.fillShardsLocked() // a caller alone carves its own run, from the front of the block
 	}
-	c.broadcastLocked()
+	c.waiters.broadcast()
 }
 
 // checkBlock refuses a block that is malformed, of another namespace, or (nearly) expired; it returns
@@ -329,16 +178,6 @@ func (c *Client) checkBlock(blk allocator.Block, now time.Time) (time.Time, erro
 	return useBy, nil
 }
 
-// overlapLocked refuses a block that shares IDs with one of the last blocks received.
-func (c *Client) overlapLocked(blk allocator.Block) error {
-	for i := range min(c.recentN, len(c.recent)) {
-		if overlaps(c.recent[i], blk) {
-			return fmt.Errorf("%w: %v and %v", ErrOverlap, c.recent[i], blk)
-		}
-	}
-	return nil
-}
-
 // overlaps reports whether two blocks of the same step and residue share an ID. Blocks of different
 // steps come from differently configured servers and are not compared.
 func overlaps(a, b allocator.Block) bool {
@@ -354,7 +193,7 @@ func overlaps(a, b allocator.Block) bool {
 // and all of it.
 func (c *Client) backoffLocked() time.Duration {
 	d := c.cfg.backoffMin
-	for i := 1; i < c.failures && d < c.cfg.backoffMax; i++ {
+	for i := 1; i < c.retrying.failures && d < c.cfg.backoffMax; i++ {
 		d *= 2
 	}
 	d = min(d, c.cfg.backoffMax)
