@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/backoff"
 	"github.com/ticketd/ticketd/internal/hedge"
 )
 
@@ -86,9 +86,10 @@ func (c CacheConfig) withDefaults() CacheConfig {
 	return c
 }
 
+// fetchBackoff is the wait after consecutive failed calls: doubling from 20ms to 1s, with jitter.
+var fetchBackoff = backoff.Policy{Min: 20 * time.Millisecond, Max: time.Second}
+
 const (
-	minFetchBackoff = 20 * time.Millisecond
-	maxFetchBackoff = time.Second
 	// hedgeFloor and firstHedgeDelay bound the derived hedge delay: an answer later than usual by less
 	// than the floor is noise; before the first answer, the latency is not known.
 	hedgeFloor      = 20 * time.Millisecond
@@ -587,7 +588,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	default:
 		sp.failures++
 		sp.lastErr = err
-		sp.retryAt.Store(c.now().Add(backoff(sp.failures)).UnixNano())
+		sp.retryAt.Store(c.now().Add(fetchBackoff.Wait(sp.failures)).UnixNano())
 	}
 	sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call })
 	if call.segment && !call.spare {
@@ -702,15 +703,6 @@ func (sp *space) hedgeDelayLocked() time.Duration {
 		return d
 	}
 	return sp.answers.Get(hedgeFloor, sp.c.cfg.FetchTimeout/2, firstHedgeDelay)
-}
-
-// backoff is the wait after n consecutive failed calls: doubling from 20ms to 1s, with jitter.
-func backoff(n int) time.Duration {
-	d := minFetchBackoff << min(n-1, 10)
-	if d > maxFetchBackoff || d <= 0 {
-		d = maxFetchBackoff
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // nextSizeLocked adapts the segment size to the rate: double when the last segment lasted under half

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/backoff"
 )
 
 // Set is a backend's ticket servers: S is the backend's server type, R its record of a namespace's
@@ -97,12 +98,7 @@ func (set *Set[S, R]) InParallel(fn func(S) error) []error {
 // Order returns the servers starting at the round-robin cursor, the one named prefer first when there
 // is one.
 func (set *Set[S, R]) Order(prefer string) []S {
-	n := len(set.servers)
-	start := int(set.next.Add(1) % uint64(n))
-	out := make([]S, n)
-	for i := range n {
-		out[i] = set.servers[(start+i)%n]
-	}
+	out := backoff.Rotate(set.servers, &set.next)
 	if prefer != "" {
 		for i, s := range out {
 			if s.Name() == prefer {
