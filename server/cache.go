@@ -24,7 +24,8 @@ type PreferLeaser interface {
 	LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error)
 }
 
-// CacheConfig tunes the segment cache. The zero value of each field means its default.
+// CacheConfig tunes the segment cache. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field, except HedgeDelay (see there).
 type CacheConfig struct {
 	// Disabled turns the cache off: every request leases from the backend.
 	Disabled bool
@@ -36,7 +37,7 @@ type CacheConfig struct {
 	// max_block_size and MinSegment raised to four default blocks. Default 10,000 and 16,777,216.
 	// A request for more than a quarter of the largest segment goes straight to the backend.
 	MinSegment, MaxSegment int64
-	// PrefetchAt is the share of a segment used when the next one is fetched. Default 0.2.
+	// PrefetchAt is the share of a segment used when the next one is fetched, below 1. Default 0.2.
 	PrefetchAt float64
 	// SettingsTTL is how long namespace settings are used before they are read again. Default 5s.
 	SettingsTTL time.Duration
@@ -56,28 +57,44 @@ type CacheConfig struct {
 	HedgeDelay time.Duration
 }
 
+// validate applies the rule of every configuration: zero means the default, a negative value is an
+// error. A negative HedgeDelay is the exception: it means never hedge.
+func (c CacheConfig) validate() error {
+	if err := allocator.CheckConfig("server.CacheConfig",
+		allocator.Setting("Target", c.Target), allocator.Setting("MinSegment", c.MinSegment),
+		allocator.Setting("MaxSegment", c.MaxSegment), allocator.Setting("PrefetchAt", c.PrefetchAt),
+		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("FetchTimeout", c.FetchTimeout),
+		allocator.Setting("MaxAhead", c.MaxAhead)); err != nil {
+		return err
+	}
+	if c.PrefetchAt >= 1 {
+		return fmt.Errorf("%w: server.CacheConfig: PrefetchAt %g must be below 1", allocator.ErrInvalidConfig, c.PrefetchAt)
+	}
+	return nil
+}
+
 func (c CacheConfig) withDefaults() CacheConfig {
-	if c.Target <= 0 {
+	if c.Target == 0 {
 		c.Target = 10 * time.Second
 	}
-	if c.MinSegment <= 0 {
+	if c.MinSegment == 0 {
 		c.MinSegment = 10_000
 	}
-	if c.MaxSegment <= 0 {
+	if c.MaxSegment == 0 {
 		c.MaxSegment = 1 << 24
 	}
 	c.MaxSegment = min(c.MaxSegment, allocator.MaxBlockSizeLimit)
 	c.MinSegment = min(c.MinSegment, c.MaxSegment)
-	if c.PrefetchAt <= 0 || c.PrefetchAt >= 1 {
+	if c.PrefetchAt == 0 {
 		c.PrefetchAt = 0.2
 	}
-	if c.SettingsTTL <= 0 {
+	if c.SettingsTTL == 0 {
 		c.SettingsTTL = 5 * time.Second
 	}
-	if c.FetchTimeout <= 0 {
+	if c.FetchTimeout == 0 {
 		c.FetchTimeout = 30 * time.Second
 	}
-	if c.MaxAhead <= 0 {
+	if c.MaxAhead == 0 {
 		c.MaxAhead = 8
 	}
 	if c.HedgeDelay > 0 {

@@ -19,7 +19,8 @@ import (
 	"github.com/ticketd/ticketd/schema"
 )
 
-// Config configures a Store. The zero value of each field means its default.
+// Config configures a Store. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field.
 type Config struct {
 	// DSNs are go-sql-driver DSNs, one per ticket server (two for the Flickr pair). Required.
 	// interpolateParams=true is added so that a lease is a single round trip.
@@ -85,6 +86,21 @@ func (c Config) withDefaults() Config {
 		c.now = time.Now
 	}
 	return c
+}
+
+// validate checks what withDefaults cannot fill in: the servers, and no negative field.
+func (c Config) validate() error {
+	if len(c.DSNs) == 0 {
+		return fmt.Errorf("%w: mysql: no ticket server DSN given", allocator.ErrInvalidConfig)
+	}
+	if len(c.Names) != 0 && len(c.Names) != len(c.DSNs) {
+		return fmt.Errorf("%w: mysql: %d names for %d servers", allocator.ErrInvalidConfig, len(c.Names), len(c.DSNs))
+	}
+	return allocator.CheckConfig("mysql.Config",
+		allocator.Setting("AttemptTimeout", c.AttemptTimeout), allocator.Setting("Timeout", c.Timeout),
+		allocator.Setting("MinBackoff", c.MinBackoff), allocator.Setting("MaxBackoff", c.MaxBackoff),
+		allocator.Setting("ProbeInterval", c.ProbeInterval), allocator.Setting("WatermarkInterval", c.WatermarkInterval),
+		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("MaxConns", c.MaxConns))
 }
 
 // Store is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
@@ -399,13 +415,10 @@ func MigrateDSN(ctx context.Context, dsn string) ([]int, error) {
 
 // build makes a Store with a connection pool per server and checks nothing.
 func build(cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
-	if len(cfg.DSNs) == 0 {
-		return nil, fmt.Errorf("mysql: no ticket server DSN given")
-	}
-	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
-		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
-	}
 	p := &Store{cfg: cfg, set: failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
@@ -416,7 +429,7 @@ func build(cfg Config) (*Store, error) {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
 		if err != nil {
 			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %d: bad DSN: %w", i+1, err)
+			return nil, fmt.Errorf("%w: mysql: server %d: bad DSN: %w", allocator.ErrInvalidConfig, i+1, err)
 		}
 		name := mc.Addr
 		if len(cfg.Names) > 0 {
@@ -424,7 +437,7 @@ func build(cfg Config) (*Store, error) {
 		}
 		if seen[name] {
 			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %q is listed twice; each ticket server once", name)
+			return nil, fmt.Errorf("%w: mysql: server %q is listed twice; each ticket server once", allocator.ErrInvalidConfig, name)
 		}
 		seen[name] = true
 		mc.InterpolateParams = true // one round trip per lease (no prepare/execute/close)

@@ -26,7 +26,8 @@ const MaxStride = 1024
 // DefaultKeyPrefix starts every key when Config.KeyPrefix is empty.
 const DefaultKeyPrefix = "ticketd:"
 
-// Config configures a Store. The zero value of each field means its default.
+// Config configures a Store. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field.
 type Config struct {
 	// Addrs are the Redis instances, each "host:port" or a "redis://[user:password@]host:port[/db]"
 	// URL. Required. Standalone instances only: each is its own ticket server, never a replica or a
@@ -120,13 +121,18 @@ func (c Config) validate() error {
 	n := int64(len(c.Addrs))
 	switch {
 	case n == 0:
-		return errors.New("redis: no instance address given")
+		return fmt.Errorf("%w: redis: no instance address given", allocator.ErrInvalidConfig)
 	case int64(len(c.Offsets)) != n:
 		return fmt.Errorf("%w: %d offsets for %d Redis instances; give one offset per instance", allocator.ErrMisconfigured, len(c.Offsets), n)
 	case c.Stride < n || c.Stride > MaxStride:
 		return fmt.Errorf("%w: stride %d must be between the number of Redis instances (%d) and %d", allocator.ErrMisconfigured, c.Stride, n, MaxStride)
-	case c.AttemptTimeout < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.ProbeInterval < 0 || c.WatermarkInterval < 0 || c.SettingsTTL < 0 || c.MaxConns < 0:
-		return errors.New("redis: timeouts, backoffs, intervals and MaxConns must not be negative")
+	}
+	if err := allocator.CheckConfig("redis.Config",
+		allocator.Setting("AttemptTimeout", c.AttemptTimeout), allocator.Setting("Timeout", c.Timeout),
+		allocator.Setting("MinBackoff", c.MinBackoff), allocator.Setting("MaxBackoff", c.MaxBackoff),
+		allocator.Setting("ProbeInterval", c.ProbeInterval), allocator.Setting("WatermarkInterval", c.WatermarkInterval),
+		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("MaxConns", c.MaxConns)); err != nil {
+		return err
 	}
 	var errs []error
 	byOffset := map[int64]string{}
@@ -183,12 +189,12 @@ func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
 	if strings.Contains(addr, "://") {
 		o, err := goredis.ParseURL(addr)
 		if err != nil {
-			return nil, fmt.Errorf("redis: %s: %s", redact(addr), urlProblem(addr))
+			return nil, fmt.Errorf("%w: redis: %s: %s", allocator.ErrInvalidConfig, redact(addr), urlProblem(addr))
 		}
 		opt = o
 	} else {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("redis: %q: want host:port or a redis:// URL: %w", addr, err)
+			return nil, fmt.Errorf("%w: redis: %q: want host:port or a redis:// URL: %w", allocator.ErrInvalidConfig, addr, err)
 		}
 		opt = &goredis.Options{Addr: addr}
 	}
@@ -310,7 +316,7 @@ func build(cfg Config) (*Store, error) {
 		}
 		if seen[name] {
 			s.closeClients()
-			return nil, fmt.Errorf("redis: instance %s is listed twice; list each instance once", name)
+			return nil, fmt.Errorf("%w: redis: instance %s is listed twice; list each instance once", allocator.ErrInvalidConfig, name)
 		}
 		seen[name] = true
 		s.set.Add(&instance{Member: s.set.NewMember(name), client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
