@@ -146,6 +146,17 @@ func newSegmentCache(cfg CacheConfig, b allocator.Backend, m *Metrics, logger *s
 	return c
 }
 
+// readSettings reads a namespace's settings, without each server's counter where the backend can
+// (allocator.SettingsReader).
+func (c *segmentCache) readSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	if r, ok := c.backend.(allocator.SettingsReader); ok {
+		return r.Settings(ctx, name)
+	}
+	ns, err := c.backend.Namespace(ctx, name)
+	ns.Servers = nil
+	return ns, err
+}
+
 // close stops background calls and waits for them. Safe to call twice.
 func (c *segmentCache) close() {
 	c.mu.Lock()
@@ -550,10 +561,9 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	// A segment lease reads the settings only when it has none; kick refreshes old ones with a call of
 	// its own.
 	if st == nil || !call.segment && now.UnixNano()-sp.settingsAt.Load() > int64(c.cfg.SettingsTTL) {
-		ns, nerr := c.backend.Namespace(ctx, sp.name)
+		ns, nerr := c.readSettings(ctx, sp.name)
 		switch {
 		case nerr == nil:
-			ns.Servers = nil
 			st = &ns
 			sp.settings.Store(st)
 			sp.settingsAt.Store(now.UnixNano())

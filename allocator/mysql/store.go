@@ -115,6 +115,7 @@ type Store struct {
 
 var _ allocator.Backend = (*Store)(nil)
 var _ allocator.HealthReporter = (*Store)(nil)
+var _ allocator.SettingsReader = (*Store)(nil)
 
 // Open connects to every server, checks each reachable one (see server.verify), and refuses to start
 // when the servers' settings conflict (they could issue the same ID). A server that is down, fenced,
@@ -276,12 +277,6 @@ func (p *Store) Lease(ctx context.Context, namespace string, size int64) (alloca
 // LeaseFrom is Lease with a preferred server: it is tried first when usable. An empty prefer means
 // round-robin.
 func (p *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
-	if err := allocator.ValidateName(namespace); err != nil {
-		return allocator.Block{}, err
-	}
-	if size < 0 {
-		return allocator.Block{}, allocator.ValidateSize(size, 1)
-	}
 	return p.set.Lease(ctx, namespace, size, prefer, p.leaseOn)
 }
 
@@ -349,6 +344,11 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // Namespace returns the namespace's settings and each server's counter.
 func (p *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
 	return p.set.Namespace(ctx, name, p.serverStates)
+}
+
+// Settings returns the namespace's settings without reading any server's counter.
+func (p *Store) Settings(ctx context.Context, name string) (allocator.Namespace, error) {
+	return p.set.ReadSettings(ctx, name)
 }
 
 // Namespaces lists the namespaces known to any usable server.

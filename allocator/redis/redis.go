@@ -237,6 +237,7 @@ type Store struct {
 
 var _ allocator.Backend = (*Store)(nil)
 var _ allocator.HealthReporter = (*Store)(nil)
+var _ allocator.SettingsReader = (*Store)(nil)
 
 // Open connects to every instance and checks each reachable one (see instance.check): it must keep
 // acknowledged writes across a restart (unless AllowVolatile), and serve the offset and stride it
@@ -374,12 +375,6 @@ func (s *Store) Lease(ctx context.Context, namespace string, size int64) (alloca
 // LeaseFrom is Lease with a preferred instance (a name from Servers): it is tried first when usable.
 // An empty prefer means round-robin.
 func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
-	if err := allocator.ValidateName(namespace); err != nil {
-		return allocator.Block{}, err
-	}
-	if size < 0 || size > allocator.MaxBlockSizeLimit {
-		return allocator.Block{}, allocator.ValidateSize(size, allocator.MaxBlockSizeLimit)
-	}
 	return s.set.Lease(ctx, namespace, size, prefer, s.leaseOn)
 }
 
@@ -426,6 +421,11 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // Namespace returns the namespace's settings and each instance's counter.
 func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
 	return s.set.Namespace(ctx, name, s.serverStates)
+}
+
+// Settings returns the namespace's settings without reading any instance's counter.
+func (s *Store) Settings(ctx context.Context, name string) (allocator.Namespace, error) {
+	return s.set.ReadSettings(ctx, name)
 }
 
 // Namespaces lists the namespaces known to any usable instance, sorted by name.

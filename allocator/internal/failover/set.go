@@ -174,10 +174,16 @@ func (set *Set[S, R]) Close(release func()) {
 // Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
 // gives one: prefer first when it names a server, then round-robin; first every server that is up or
 // due for a retry, then, if all failed and time is left, those still in backoff. lease is one attempt
-// on one server, bounded by AttemptTimeout; a server that is down is revived first. The caller has
-// checked the name and the sign of size.
+// on one server, bounded by AttemptTimeout; a server that is down is revived first. A bad name, or a
+// size below 0 or above MaxBlockSizeLimit, is refused before any server is asked.
 func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, prefer string,
 	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
+	if err := allocator.ValidateName(namespace); err != nil {
+		return allocator.Block{}, err
+	}
+	if size < 0 || size > allocator.MaxBlockSizeLimit {
+		return allocator.Block{}, allocator.ValidateSize(size, allocator.MaxBlockSizeLimit)
+	}
 	if set.closed.Load() {
 		return allocator.Block{}, allocator.ErrClosed
 	}
