@@ -37,3 +37,11 @@ func CheckConfig(owner string, fields ...Field) error {
 	}
 	return fmt.Errorf("%w: %s: %s: must not be negative (zero means the default)", ErrInvalidConfig, owner, strings.Join(bad, ", "))
 }
+
+// Default sets *field to def when it holds its zero value: the first half of the rule.
+func Default[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}

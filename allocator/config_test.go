@@ -33,3 +33,13 @@ func TestCheckConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestDefault(t *testing.T) {
+	timeout, conns, name := time.Duration(0), 7, ""
+	allocator.Default(&timeout, time.Second)
+	allocator.Default(&conns, 32)
+	allocator.Default(&name, "ticketd")
+	if timeout != time.Second || conns != 7 || name != "ticketd" {
+		t.Fatalf("timeout %s, conns %d, name %q: want the default only where the field was zero", timeout, conns, name)
+	}
+}

@@ -74,29 +74,15 @@ func (c CacheConfig) validate() error {
 }
 
 func (c CacheConfig) withDefaults() CacheConfig {
-	if c.Target == 0 {
-		c.Target = 10 * time.Second
-	}
-	if c.MinSegment == 0 {
-		c.MinSegment = 10_000
-	}
-	if c.MaxSegment == 0 {
-		c.MaxSegment = 1 << 24
-	}
+	allocator.Default(&c.Target, 10*time.Second)
+	allocator.Default(&c.MinSegment, 10_000)
+	allocator.Default(&c.MaxSegment, 1<<24)
 	c.MaxSegment = min(c.MaxSegment, allocator.MaxBlockSizeLimit)
 	c.MinSegment = min(c.MinSegment, c.MaxSegment)
-	if c.PrefetchAt == 0 {
-		c.PrefetchAt = 0.2
-	}
-	if c.SettingsTTL == 0 {
-		c.SettingsTTL = 5 * time.Second
-	}
-	if c.FetchTimeout == 0 {
-		c.FetchTimeout = 30 * time.Second
-	}
-	if c.MaxAhead == 0 {
-		c.MaxAhead = 8
-	}
+	allocator.Default(&c.PrefetchAt, 0.2)
+	allocator.Default(&c.SettingsTTL, 5*time.Second)
+	allocator.Default(&c.FetchTimeout, 30*time.Second)
+	allocator.Default(&c.MaxAhead, 8)
 	if c.HedgeDelay > 0 {
 		c.HedgeDelay = min(c.HedgeDelay, c.FetchTimeout/2)
 	}

@@ -78,39 +78,17 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.RateBurst == 0 {
-		c.RateBurst = max(1, int(c.RateLimit))
-	}
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = 5 * time.Second
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = 10 * time.Second
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 15 * time.Second
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 120 * time.Second
-	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 16 << 10
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.AuthFailureBurst == 0 {
-		c.AuthFailureBurst = 30
-	}
-	if c.AuthFailureRate == 0 {
-		c.AuthFailureRate = 0.1
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 4096
-	}
+	allocator.Default(&c.Logger, slog.Default())
+	allocator.Default(&c.RateBurst, max(1, int(c.RateLimit)))
+	allocator.Default(&c.ReadHeaderTimeout, 5*time.Second)
+	allocator.Default(&c.ReadTimeout, 10*time.Second)
+	allocator.Default(&c.WriteTimeout, 15*time.Second)
+	allocator.Default(&c.IdleTimeout, 120*time.Second)
+	allocator.Default(&c.MaxHeaderBytes, 16<<10)
+	allocator.Default(&c.ShutdownTimeout, 30*time.Second)
+	allocator.Default(&c.AuthFailureBurst, 30)
+	allocator.Default(&c.AuthFailureRate, 0.1)
+	allocator.Default(&c.MaxConns, 4096)
 	if c.now == nil {
 		c.now = time.Now
 	}

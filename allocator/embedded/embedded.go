@@ -85,12 +85,8 @@ func Open(cfg Config) (*Store, error) {
 	if err := allocator.CheckConfig("embedded.Config", allocator.Setting("LockTimeout", cfg.LockTimeout)); err != nil {
 		return nil, err
 	}
-	if cfg.Dir == "" {
-		cfg.Dir = "ticketd-data"
-	}
-	if cfg.LockTimeout == 0 {
-		cfg.LockTimeout = time.Second
-	}
+	allocator.Default(&cfg.Dir, "ticketd-data")
+	allocator.Default(&cfg.LockTimeout, time.Second)
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}

@@ -54,34 +54,16 @@ type Config struct {
 	now func() time.Time
 }
 
+// fields are the fields every backend of several servers has (see failover.Fields).
+func (c *Config) fields() failover.Fields {
+	return failover.Fields{AttemptTimeout: &c.AttemptTimeout, Timeout: &c.Timeout, MinBackoff: &c.MinBackoff,
+		MaxBackoff: &c.MaxBackoff, ProbeInterval: &c.ProbeInterval, WatermarkInterval: &c.WatermarkInterval,
+		SettingsTTL: &c.SettingsTTL, MaxConns: &c.MaxConns}
+}
+
 func (c Config) withDefaults() Config {
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 2 * time.Second
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 5 * time.Second
-	}
-	if c.MinBackoff == 0 {
-		c.MinBackoff = 100 * time.Millisecond
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 5 * time.Second
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = time.Second
-	}
-	if c.WatermarkInterval == 0 {
-		c.WatermarkInterval = 2 * time.Second
-	}
-	if c.SettingsTTL == 0 {
-		c.SettingsTTL = 2 * time.Second
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 32
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.fields().Defaults()
+	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -96,11 +78,7 @@ func (c Config) validate() error {
 	if len(c.Names) != 0 && len(c.Names) != len(c.DSNs) {
 		return fmt.Errorf("%w: mysql: %d names for %d servers", allocator.ErrInvalidConfig, len(c.Names), len(c.DSNs))
 	}
-	return allocator.CheckConfig("mysql.Config",
-		allocator.Setting("AttemptTimeout", c.AttemptTimeout), allocator.Setting("Timeout", c.Timeout),
-		allocator.Setting("MinBackoff", c.MinBackoff), allocator.Setting("MaxBackoff", c.MaxBackoff),
-		allocator.Setting("ProbeInterval", c.ProbeInterval), allocator.Setting("WatermarkInterval", c.WatermarkInterval),
-		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("MaxConns", c.MaxConns))
+	return c.fields().Check("mysql.Config")
 }
 
 // Store is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
@@ -441,15 +419,9 @@ func build(cfg Config) (*Store, error) {
 		}
 		seen[name] = true
 		mc.InterpolateParams = true // one round trip per lease (no prepare/execute/close)
-		if mc.Timeout == 0 {
-			mc.Timeout = cfg.AttemptTimeout
-		}
-		if mc.ReadTimeout == 0 {
-			mc.ReadTimeout = 2 * cfg.AttemptTimeout
-		}
-		if mc.WriteTimeout == 0 {
-			mc.WriteTimeout = 2 * cfg.AttemptTimeout
-		}
+		allocator.Default(&mc.Timeout, cfg.AttemptTimeout)
+		allocator.Default(&mc.ReadTimeout, 2*cfg.AttemptTimeout)
+		allocator.Default(&mc.WriteTimeout, 2*cfg.AttemptTimeout)
 		conn, err := mysql.NewConnector(mc)
 		if err != nil {
 			p.closeDBs()

@@ -71,45 +71,23 @@ type Config struct {
 	now func() time.Time
 }
 
+// fields are the fields every backend of several servers has (see failover.Fields).
+func (c *Config) fields() failover.Fields {
+	return failover.Fields{AttemptTimeout: &c.AttemptTimeout, Timeout: &c.Timeout, MinBackoff: &c.MinBackoff,
+		MaxBackoff: &c.MaxBackoff, ProbeInterval: &c.ProbeInterval, WatermarkInterval: &c.WatermarkInterval,
+		SettingsTTL: &c.SettingsTTL, MaxConns: &c.MaxConns}
+}
+
 func (c Config) withDefaults() Config {
-	if c.Stride == 0 {
-		c.Stride = int64(len(c.Addrs))
-	}
+	allocator.Default(&c.Stride, int64(len(c.Addrs)))
 	if len(c.Offsets) == 0 {
 		for i := range c.Addrs {
 			c.Offsets = append(c.Offsets, int64(i+1))
 		}
 	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 2 * time.Second
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 5 * time.Second
-	}
-	if c.MinBackoff == 0 {
-		c.MinBackoff = 100 * time.Millisecond
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 5 * time.Second
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = time.Second
-	}
-	if c.WatermarkInterval == 0 {
-		c.WatermarkInterval = 2 * time.Second
-	}
-	if c.SettingsTTL == 0 {
-		c.SettingsTTL = 2 * time.Second
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 32
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	allocator.Default(&c.KeyPrefix, DefaultKeyPrefix)
+	c.fields().Defaults()
+	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -127,11 +105,7 @@ func (c Config) validate() error {
 	case c.Stride < n || c.Stride > MaxStride:
 		return fmt.Errorf("%w: stride %d must be between the number of Redis instances (%d) and %d", allocator.ErrMisconfigured, c.Stride, n, MaxStride)
 	}
-	if err := allocator.CheckConfig("redis.Config",
-		allocator.Setting("AttemptTimeout", c.AttemptTimeout), allocator.Setting("Timeout", c.Timeout),
-		allocator.Setting("MinBackoff", c.MinBackoff), allocator.Setting("MaxBackoff", c.MaxBackoff),
-		allocator.Setting("ProbeInterval", c.ProbeInterval), allocator.Setting("WatermarkInterval", c.WatermarkInterval),
-		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("MaxConns", c.MaxConns)); err != nil {
+	if err := c.fields().Check("redis.Config"); err != nil {
 		return err
 	}
 	var errs []error
