@@ -84,7 +84,12 @@ func (c Config) validate() error {
 // Store is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
 // interface. Leases go round-robin across usable servers; a failed server is skipped with backoff,
 // checked again before its next lease, and any server alone can serve. Safe for concurrent use.
+//
+// Lease, LeaseFrom, Namespace, Settings, Namespaces, Servers and Health come from the servers' failover
+// set (failover.Front): each lease attempt is one UPDATE, and a server that lacks a namespace's row is
+// given it first.
 type Store struct {
+	failover.Front[*server, rowSettings]
 	cfg Config
 	set *failover.Set[*server, rowSettings] // the servers, their health, failover and cached settings
 	// kickGuard runs the restored-backup guard soon (see guard); nil until Open starts it.
@@ -221,14 +226,7 @@ func (p *Store) probe() {
 // Close stops background checks, writes the water marks one last time and closes every connection
 // pool. Safe to call twice.
 func (p *Store) Close() error {
-	p.set.Close(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
-		if err := p.writeWatermarks(ctx); err != nil {
-			p.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
-		}
-		cancel()
-		p.closeDBs()
-	})
+	p.set.CloseRecording(p.writeWatermarks, p.closeDBs)
 	return nil
 }
 
@@ -237,38 +235,6 @@ func (p *Store) closeDBs() {
 		_ = s.db.Close()
 		_ = s.ctl.Close()
 	}
-}
-
-// Servers returns the server names in configuration order.
-func (p *Store) Servers() []string { return p.set.Names() }
-
-// Health reports each server's state.
-func (p *Store) Health() []allocator.ServerHealth { return p.set.Health() }
-
-// Lease takes a block of size IDs (0 means the namespace's block size) from the next usable server,
-// failing over to the others. Each attempt is one UPDATE; an attempt whose outcome is unknown is
-// abandoned and the retry takes a new range (the lost one is a gap, never reissued).
-func (p *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
-	return p.LeaseFrom(ctx, namespace, size, "")
-}
-
-// LeaseFrom is Lease with a preferred server: it is tried first when usable. An empty prefer means
-// round-robin.
-func (p *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
-	return p.set.Lease(ctx, namespace, size, prefer, p.leaseOn)
-}
-
-// leaseOn is one attempt on one server, under the attempt's timeout.
-func (p *Store) leaseOn(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
-	blk, err := s.lease(ctx, r.ns, size)
-	if errors.Is(err, errRowMissing) {
-		// The server was down when the namespace was created, and nothing says it ever issued from it
-		// (else the lease would have fenced it): give it the row, then lease.
-		if err = s.ensureRow(ctx, r.ns); err == nil {
-			blk, err = s.lease(ctx, r.ns, size)
-		}
-	}
-	return blk, err
 }
 
 // ensureRow creates a namespace's row on a checked server that lacks it.
@@ -317,21 +283,6 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 		}
 		return err
 	})
-}
-
-// Namespace returns the namespace's settings and each server's counter.
-func (p *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
-	return p.set.Namespace(ctx, name, p.serverStates)
-}
-
-// Settings returns the namespace's settings without reading any server's counter.
-func (p *Store) Settings(ctx context.Context, name string) (allocator.Namespace, error) {
-	return p.set.ReadSettings(ctx, name)
-}
-
-// Namespaces lists the namespaces known to any usable server.
-func (p *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	return p.set.Namespaces(ctx, p.serverStates)
 }
 
 // serverStates reads each server's counter of each namespace, one query per server and namespace.
@@ -402,6 +353,9 @@ func build(cfg Config) (*Store, error) {
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		SettingsTTL: cfg.SettingsTTL, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
+	p.Front = failover.NewFront(p.set, func(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
+		return s.lease(ctx, r.ns, size)
+	}, func(ctx context.Context, s *server, r rowSettings) error { return s.ensureRow(ctx, r.ns) }, errRowMissing, p.serverStates)
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))

@@ -201,7 +201,12 @@ func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":sett
 // Store is a set of Redis instances behind the allocator.Backend interface. Leases go round-robin
 // across usable instances; a failed instance is skipped with backoff and checked again before its
 // next lease, and any instance alone can serve. Safe for concurrent use.
+//
+// Lease, LeaseFrom, Namespace, Settings, Namespaces, Servers (host:port, or host:port/db) and Health
+// come from the instances' failover set (failover.Front): each lease attempt is one script call, and an
+// instance that lacks a namespace is given it first.
 type Store struct {
+	failover.Front[*instance, record]
 	cfg  Config
 	keys keys
 	set  *failover.Set[*instance, record] // the instances, their health, failover and cached settings
@@ -278,6 +283,9 @@ func build(cfg Config) (*Store, error) {
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		SettingsTTL: cfg.SettingsTTL, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
+	s.Front = failover.NewFront(s.set, func(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
+		return in.lease(ctx, rec, size)
+	}, func(ctx context.Context, in *instance, rec record) error { return in.ensure(ctx, rec) }, errMissing, s.serverStates)
 	seen := map[string]bool{}
 	for i, addr := range cfg.Addrs {
 		opt, err := clientOptions(addr, cfg)
@@ -316,14 +324,7 @@ func (s *Store) probe() {
 // Close stops background checks, writes the water marks one last time and closes every connection
 // pool. Safe to call twice.
 func (s *Store) Close() error {
-	s.set.Close(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptTimeout)
-		if err := s.writeMarks(ctx); err != nil {
-			s.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
-		}
-		cancel()
-		s.closeClients()
-	})
+	s.set.CloseRecording(s.writeMarks, s.closeClients)
 	return nil
 }
 
@@ -333,40 +334,8 @@ func (s *Store) closeClients() {
 	}
 }
 
-// Servers returns the instance names (host:port) in configuration order.
-func (s *Store) Servers() []string { return s.set.Names() }
-
-// Health reports each instance's state.
-func (s *Store) Health() []allocator.ServerHealth { return s.set.Health() }
-
-// Lease takes a block of size IDs (0 means the namespace's block size) from the next usable instance,
-// failing over to the others. Each attempt is one script call; an attempt whose outcome is unknown is
-// abandoned and the retry takes a new range (the lost one is a gap, never reissued).
-func (s *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
-	return s.LeaseFrom(ctx, namespace, size, "")
-}
-
-// LeaseFrom is Lease with a preferred instance (a name from Servers): it is tried first when usable.
-// An empty prefer means round-robin.
-func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
-	return s.set.Lease(ctx, namespace, size, prefer, s.leaseOn)
-}
-
-// leaseOn is one attempt on one instance, under the attempt's timeout.
-func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
-	blk, err := in.lease(ctx, rec, size)
-	if errors.Is(err, errMissing) {
-		// The instance was away when the namespace was created, and nothing says it ever issued from it
-		// (else the lease would have fenced it): give it the namespace, then lease.
-		if err = in.ensure(ctx, rec); err == nil {
-			blk, err = in.lease(ctx, rec, size)
-		}
-	}
-	return blk, err
-}
-
 // isServerFault reports whether err says the instance (or the way to it) failed, rather than the
-// request. Lacking a namespace is not a fault: the instance is given it (see leaseOn).
+// request. Lacking a namespace is not a fault: the instance is given it (see failover.Front).
 func isServerFault(err error) bool {
 	return !errors.Is(err, errMissing) && failover.IsServerFault(err)
 }
@@ -390,21 +359,6 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	return s.set.UpdateNamespace(ctx, ns, s.serverStates, func(ctx context.Context, in *instance, c failover.Change[record]) error {
 		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS}, c.Lowered)
 	})
-}
-
-// Namespace returns the namespace's settings and each instance's counter.
-func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
-	return s.set.Namespace(ctx, name, s.serverStates)
-}
-
-// Settings returns the namespace's settings without reading any instance's counter.
-func (s *Store) Settings(ctx context.Context, name string) (allocator.Namespace, error) {
-	return s.set.ReadSettings(ctx, name)
-}
-
-// Namespaces lists the namespaces known to any usable instance, sorted by name.
-func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	return s.set.Namespaces(ctx, s.serverStates)
 }
 
 // serverStates reads each instance's counter of each namespace, one round trip per instance.

@@ -171,6 +171,19 @@ func (set *Set[S, R]) Close(release func()) {
 	})
 }
 
+// CloseRecording is Close that first records the water marks one last time with record, under
+// AttemptTimeout (a failure is logged), then runs release.
+func (set *Set[S, R]) CloseRecording(record func(context.Context) error, release func()) {
+	set.Close(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), set.cfg.AttemptTimeout)
+		if err := record(ctx); err != nil {
+			set.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
+		}
+		cancel()
+		release()
+	})
+}
+
 // Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
 // gives one: prefer first when it names a server, then round-robin; first every server that is up or
 // due for a retry, then, if all failed and time is left, those still in backoff. lease is one attempt
