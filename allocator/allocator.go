@@ -183,6 +183,13 @@ type Backend interface {
 	Close() error
 }
 
+// SettingsReader is implemented by backends whose Namespace reads more than the settings (each server's
+// counter): Settings reads only the namespace's settings, Servers left empty, for a caller that needs
+// no counter, such as a cache that refreshes the settings it leases by.
+type SettingsReader interface {
+	Settings(ctx context.Context, name string) (Namespace, error)
+}
+
 // ServerHealth is one ticket server's state as a backend sees it.
 type ServerHealth struct {
 	Name    string `json:"name"`

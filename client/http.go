@@ -19,6 +19,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/backoff"
 )
 
 // HTTP is a Source that leases blocks from ticketd servers at the given base URLs, e.g.
@@ -40,7 +41,7 @@ func (s httpSource) open(namespace string, cfg *config) (leaser, error) {
 		return nil, errors.New("client: HTTP() needs at least one ticketd base URL")
 	}
 	h := &httpLeaser{ns: namespace, token: cfg.token, timeout: cfg.requestTimeout, clock: cfg.clock,
-		backoffMin: cfg.backoffMin, backoffMax: cfg.backoffMax, jitter: cfg.jitter}
+		policy: cfg.retryPolicy()}
 	if strings.ContainsFunc(cfg.token, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
 		return nil, errors.New("client: WithToken: the token contains spaces or control characters")
 	}
@@ -103,48 +104,31 @@ type Endpoint struct {
 type endpoint struct {
 	base string
 
-	mu       sync.Mutex
-	failures int
-	retryAt  time.Time
-	lastErr  string
-	leases   int64
+	mu      sync.Mutex
+	streak  backoff.Streak
+	lastErr string
+	leases  int64
 }
 
 type httpLeaser struct {
-	ns, token  string
-	eps        []*endpoint
-	hc         *http.Client
-	own        bool
-	timeout    time.Duration
-	clock      clock
-	backoffMin time.Duration
-	backoffMax time.Duration
-	jitter     func() float64
-	next       atomic.Uint64
+	ns, token string
+	eps       []*endpoint
+	hc        *http.Client
+	own       bool
+	timeout   time.Duration
+	clock     clock
+	policy    backoff.Policy
+	next      atomic.Uint64
 }
 
 // order returns the endpoints to try: the usable ones in round-robin order, then the ones in backoff,
 // soonest first.
 func (h *httpLeaser) order() []*endpoint {
-	now := h.clock.Now()
-	n := len(h.eps)
-	start := int(h.next.Add(1) % uint64(n))
-	var up, down []*endpoint
-	retryAt := map[*endpoint]time.Time{}
-	for i := range n {
-		ep := h.eps[(start+i)%n]
+	return backoff.HealthyFirst(backoff.Rotate(h.eps, &h.next), h.clock.Now(), func(ep *endpoint) time.Time {
 		ep.mu.Lock()
-		at := ep.retryAt
-		ep.mu.Unlock()
-		if now.Before(at) {
-			down = append(down, ep)
-			retryAt[ep] = at
-		} else {
-			up = append(up, ep)
-		}
-	}
-	slices.SortStableFunc(down, func(a, b *endpoint) int { return retryAt[a].Compare(retryAt[b]) })
-	return append(up, down...)
+		defer ep.mu.Unlock()
+		return ep.streak.RetryAt
+	})
 }
 
 func (h *httpLeaser) paths() int { return len(h.eps) }
@@ -203,19 +187,15 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 // wait is how long ep is skipped after its next failure.
 func (h *httpLeaser) wait(ep *endpoint) time.Duration {
 	ep.mu.Lock()
-	f := ep.failures
+	f := ep.streak.Failures
 	ep.mu.Unlock()
-	d := h.backoffMin
-	for i := 0; i < f && d < h.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, h.backoffMax)
-	return d/2 + time.Duration(h.jitter()*float64(d/2))
+	return h.policy.Wait(f + 1)
 }
 
 func (ep *endpoint) up() {
 	ep.mu.Lock()
-	ep.failures, ep.retryAt, ep.lastErr = 0, time.Time{}, ""
+	ep.streak.Reset()
+	ep.lastErr = ""
 	ep.leases++
 	ep.mu.Unlock()
 }
@@ -226,8 +206,7 @@ func (ep *endpoint) down(now time.Time, err error, wait time.Duration) {
 		wait = se.RetryAfter
 	}
 	ep.mu.Lock()
-	ep.failures++
-	ep.retryAt = now.Add(wait)
+	ep.streak.Fail(now, wait)
 	ep.lastErr = err.Error()
 	ep.mu.Unlock()
 }
@@ -237,8 +216,8 @@ func (h *httpLeaser) endpoints() []Endpoint {
 	out := make([]Endpoint, len(h.eps))
 	for i, ep := range h.eps {
 		ep.mu.Lock()
-		out[i] = Endpoint{URL: ep.base, Healthy: ep.failures == 0 || !now.Before(ep.retryAt),
-			Failures: ep.failures, Leases: ep.leases, LastError: ep.lastErr}
+		out[i] = Endpoint{URL: ep.base, Healthy: ep.streak.Failures == 0 || ep.streak.Due(now),
+			Failures: ep.streak.Failures, Leases: ep.leases, LastError: ep.lastErr}
 		ep.mu.Unlock()
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/backoff"
 )
 
 // An Option configures a Client. Values out of range are clamped to the nearest sane value, so every
@@ -102,6 +103,11 @@ func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n 
 // cache holds enough IDs for it at the observed rate. Only an HTTP source of two or more URLs hedges;
 // with one URL a refill past the delay is only counted (Stats.SlowRefills).
 func WithHedgeDelay(d time.Duration) Option { return func(c *config) { c.hedgeDelay = d } }
+
+// retryPolicy is the backoff WithBackoff configures, after a failed refill and for a failed URL.
+func (c config) retryPolicy() backoff.Policy {
+	return backoff.Policy{Min: c.backoffMin, Max: c.backoffMax, Jitter: c.jitter}
+}
 
 func clampDuration(d, def, lo, hi time.Duration) time.Duration {
 	switch {

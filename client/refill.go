@@ -191,14 +191,7 @@ func overlaps(a, b allocator.Block) bool {
 
 // backoffLocked is the wait after the current run of failures: exponential, jittered to between half
 // and all of it.
-func (c *Client) backoffLocked() time.Duration {
-	d := c.cfg.backoffMin
-	for i := 1; i < c.retrying.failures && d < c.cfg.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.backoffMax)
-	return d/2 + time.Duration(c.cfg.jitter()*float64(d/2))
-}
+func (c *Client) backoffLocked() time.Duration { return c.cfg.retryPolicy().Wait(c.retrying.failures) }
 
 // permanent reports whether waiting will not cure a refill error, so waiting callers get it at once.
 // The refill is still retried with backoff: a namespace can be created, a token fixed.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/backoff"
 	"github.com/ticketd/ticketd/internal/hedge"
 )
 
@@ -24,7 +24,8 @@ type PreferLeaser interface {
 	LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error)
 }
 
-// CacheConfig tunes the segment cache. The zero value of each field means its default.
+// CacheConfig tunes the segment cache. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field, except HedgeDelay (see there).
 type CacheConfig struct {
 	// Disabled turns the cache off: every request leases from the backend.
 	Disabled bool
@@ -36,7 +37,7 @@ type CacheConfig struct {
 	// max_block_size and MinSegment raised to four default blocks. Default 10,000 and 16,777,216.
 	// A request for more than a quarter of the largest segment goes straight to the backend.
 	MinSegment, MaxSegment int64
-	// PrefetchAt is the share of a segment used when the next one is fetched. Default 0.2.
+	// PrefetchAt is the share of a segment used when the next one is fetched, below 1. Default 0.2.
 	PrefetchAt float64
 	// SettingsTTL is how long namespace settings are used before they are read again. Default 5s.
 	SettingsTTL time.Duration
@@ -56,39 +57,42 @@ type CacheConfig struct {
 	HedgeDelay time.Duration
 }
 
+// validate applies the rule of every configuration: zero means the default, a negative value is an
+// error. A negative HedgeDelay is the exception: it means never hedge.
+func (c CacheConfig) validate() error {
+	if err := allocator.CheckConfig("server.CacheConfig",
+		allocator.Setting("Target", c.Target), allocator.Setting("MinSegment", c.MinSegment),
+		allocator.Setting("MaxSegment", c.MaxSegment), allocator.Setting("PrefetchAt", c.PrefetchAt),
+		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("FetchTimeout", c.FetchTimeout),
+		allocator.Setting("MaxAhead", c.MaxAhead)); err != nil {
+		return err
+	}
+	if c.PrefetchAt >= 1 {
+		return fmt.Errorf("%w: server.CacheConfig: PrefetchAt %g must be below 1", allocator.ErrInvalidConfig, c.PrefetchAt)
+	}
+	return nil
+}
+
 func (c CacheConfig) withDefaults() CacheConfig {
-	if c.Target <= 0 {
-		c.Target = 10 * time.Second
-	}
-	if c.MinSegment <= 0 {
-		c.MinSegment = 10_000
-	}
-	if c.MaxSegment <= 0 {
-		c.MaxSegment = 1 << 24
-	}
+	allocator.Default(&c.Target, 10*time.Second)
+	allocator.Default(&c.MinSegment, 10_000)
+	allocator.Default(&c.MaxSegment, 1<<24)
 	c.MaxSegment = min(c.MaxSegment, allocator.MaxBlockSizeLimit)
 	c.MinSegment = min(c.MinSegment, c.MaxSegment)
-	if c.PrefetchAt <= 0 || c.PrefetchAt >= 1 {
-		c.PrefetchAt = 0.2
-	}
-	if c.SettingsTTL <= 0 {
-		c.SettingsTTL = 5 * time.Second
-	}
-	if c.FetchTimeout <= 0 {
-		c.FetchTimeout = 30 * time.Second
-	}
-	if c.MaxAhead <= 0 {
-		c.MaxAhead = 8
-	}
+	allocator.Default(&c.PrefetchAt, 0.2)
+	allocator.Default(&c.SettingsTTL, 5*time.Second)
+	allocator.Default(&c.FetchTimeout, 30*time.Second)
+	allocator.Default(&c.MaxAhead, 8)
 	if c.HedgeDelay > 0 {
 		c.HedgeDelay = min(c.HedgeDelay, c.FetchTimeout/2)
 	}
 	return c
 }
 
+// fetchBackoff is the wait after consecutive failed calls: doubling from 20ms to 1s, with jitter.
+var fetchBackoff = backoff.Policy{Min: 20 * time.Millisecond, Max: time.Second}
+
 const (
-	minFetchBackoff = 20 * time.Millisecond
-	maxFetchBackoff = time.Second
 	// hedgeFloor and firstHedgeDelay bound the derived hedge delay: an answer later than usual by less
 	// than the floor is noise; before the first answer, the latency is not known.
 	hedgeFloor      = 20 * time.Millisecond
@@ -126,6 +130,17 @@ func newSegmentCache(cfg CacheConfig, b allocator.Backend, m *Metrics, logger *s
 	c.prefer, _ = b.(PreferLeaser)
 	c.health, _ = b.(allocator.HealthReporter)
 	return c
+}
+
+// readSettings reads a namespace's settings, without each server's counter where the backend can
+// (allocator.SettingsReader).
+func (c *segmentCache) readSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	if r, ok := c.backend.(allocator.SettingsReader); ok {
+		return r.Settings(ctx, name)
+	}
+	ns, err := c.backend.Namespace(ctx, name)
+	ns.Servers = nil
+	return ns, err
 }
 
 // close stops background calls and waits for them. Safe to call twice.
@@ -532,10 +547,9 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	// A segment lease reads the settings only when it has none; kick refreshes old ones with a call of
 	// its own.
 	if st == nil || !call.segment && now.UnixNano()-sp.settingsAt.Load() > int64(c.cfg.SettingsTTL) {
-		ns, nerr := c.backend.Namespace(ctx, sp.name)
+		ns, nerr := c.readSettings(ctx, sp.name)
 		switch {
 		case nerr == nil:
-			ns.Servers = nil
 			st = &ns
 			sp.settings.Store(st)
 			sp.settingsAt.Store(now.UnixNano())
@@ -587,7 +601,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	default:
 		sp.failures++
 		sp.lastErr = err
-		sp.retryAt.Store(c.now().Add(backoff(sp.failures)).UnixNano())
+		sp.retryAt.Store(c.now().Add(fetchBackoff.Wait(sp.failures)).UnixNano())
 	}
 	sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call })
 	if call.segment && !call.spare {
@@ -702,15 +716,6 @@ func (sp *space) hedgeDelayLocked() time.Duration {
 		return d
 	}
 	return sp.answers.Get(hedgeFloor, sp.c.cfg.FetchTimeout/2, firstHedgeDelay)
-}
-
-// backoff is the wait after n consecutive failed calls: doubling from 20ms to 1s, with jitter.
-func backoff(n int) time.Duration {
-	d := minFetchBackoff << min(n-1, 10)
-	if d > maxFetchBackoff || d <= 0 {
-		d = maxFetchBackoff
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // nextSizeLocked adapts the segment size to the rate: double when the last segment lasted under half

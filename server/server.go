@@ -28,7 +28,8 @@ import (
 	"github.com/ticketd/ticketd/internal/ratelimit"
 )
 
-// Config configures a Server. The zero value of each field means its default.
+// Config configures a Server. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field.
 type Config struct {
 	// Backend leases the blocks. Required. The server does not close it.
 	Backend allocator.Backend
@@ -77,39 +78,17 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.RateBurst <= 0 {
-		c.RateBurst = max(1, int(c.RateLimit))
-	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = 5 * time.Second
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = 10 * time.Second
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 15 * time.Second
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 120 * time.Second
-	}
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = 16 << 10
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.AuthFailureBurst <= 0 {
-		c.AuthFailureBurst = 30
-	}
-	if c.AuthFailureRate <= 0 {
-		c.AuthFailureRate = 0.1
-	}
-	if c.MaxConns <= 0 {
-		c.MaxConns = 4096
-	}
+	allocator.Default(&c.Logger, slog.Default())
+	allocator.Default(&c.RateBurst, max(1, int(c.RateLimit)))
+	allocator.Default(&c.ReadHeaderTimeout, 5*time.Second)
+	allocator.Default(&c.ReadTimeout, 10*time.Second)
+	allocator.Default(&c.WriteTimeout, 15*time.Second)
+	allocator.Default(&c.IdleTimeout, 120*time.Second)
+	allocator.Default(&c.MaxHeaderBytes, 16<<10)
+	allocator.Default(&c.ShutdownTimeout, 30*time.Second)
+	allocator.Default(&c.AuthFailureBurst, 30)
+	allocator.Default(&c.AuthFailureRate, 0.1)
+	allocator.Default(&c.MaxConns, 4096)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -118,6 +97,21 @@ func (c Config) withDefaults() Config {
 		c.Metrics.now = c.now
 	}
 	return c
+}
+
+// validate applies the rule of every configuration (zero means the default, a negative value is an
+// error) to the server's fields and its cache's.
+func (c Config) validate() error {
+	if err := allocator.CheckConfig("server.Config",
+		allocator.Setting("RateLimit", c.RateLimit), allocator.Setting("RateBurst", c.RateBurst),
+		allocator.Setting("AuthFailureBurst", c.AuthFailureBurst), allocator.Setting("AuthFailureRate", c.AuthFailureRate),
+		allocator.Setting("MaxConns", c.MaxConns), allocator.Setting("ReadHeaderTimeout", c.ReadHeaderTimeout),
+		allocator.Setting("ReadTimeout", c.ReadTimeout), allocator.Setting("WriteTimeout", c.WriteTimeout),
+		allocator.Setting("IdleTimeout", c.IdleTimeout), allocator.Setting("MaxHeaderBytes", c.MaxHeaderBytes),
+		allocator.Setting("ShutdownTimeout", c.ShutdownTimeout)); err != nil {
+		return err
+	}
+	return c.Cache.validate()
 }
 
 // Server is the HTTP API. Safe for concurrent use; Close it after Serve returns.
@@ -145,16 +139,16 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Backend == nil {
-		return nil, errors.New("server: no backend")
+		return nil, fmt.Errorf("%w: server: no backend", allocator.ErrInvalidConfig)
 	}
 	if err := cfg.Auth.Validate(); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, fmt.Errorf("%w: server: %w", allocator.ErrInvalidConfig, err)
 	}
-	if cfg.RateLimit < 0 {
-		return nil, fmt.Errorf("server: rate limit %g must not be negative", cfg.RateLimit)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
-		return nil, errors.New("server: TLS needs both a certificate and a key file")
+		return nil, fmt.Errorf("%w: server: TLS needs both a certificate and a key file", allocator.ErrInvalidConfig)
 	}
 	var prefix [4]byte
 	_, _ = rand.Read(prefix[:])

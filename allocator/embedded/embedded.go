@@ -27,7 +27,8 @@ const FileName = "ticketd.db"
 
 var bucket = []byte("namespaces")
 
-// Config configures a Store. The zero value of each field means its default.
+// Config configures a Store. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field.
 type Config struct {
 	// Dir is the data directory; created if missing. Default "./ticketd-data".
 	Dir string
@@ -81,12 +82,11 @@ func (r record) maxID() int64 {
 
 // Open opens (or creates) the store in cfg.Dir.
 func Open(cfg Config) (*Store, error) {
-	if cfg.Dir == "" {
-		cfg.Dir = "ticketd-data"
+	if err := allocator.CheckConfig("embedded.Config", allocator.Setting("LockTimeout", cfg.LockTimeout)); err != nil {
+		return nil, err
 	}
-	if cfg.LockTimeout == 0 {
-		cfg.LockTimeout = time.Second
-	}
+	allocator.Default(&cfg.Dir, "ticketd-data")
+	allocator.Default(&cfg.LockTimeout, time.Second)
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}

@@ -54,8 +54,7 @@ type server struct {
 	seen     serverVars // the settings as last read, passed or not (for health and the checks at Open)
 	haveSeen bool
 	repl     replication // how the server replicates, as last read
-	fenced   []string    // namespaces below a water mark
-	fenceWhy string
+	fence    failover.Fence
 
 	marks failover.Floors // the highest counters seen on this server, here and by the peers
 
@@ -93,24 +92,15 @@ func (s *server) Health() allocator.ServerHealth {
 		v = *c
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	h.Step, h.Offset, h.Fenced, h.Replication = v.increment, v.offset, len(s.fenced) > 0, s.repl.String()
-	if h.Fenced && !h.Healthy {
-		h.Error = s.fenceWhy
-	}
+	h.Step, h.Offset, h.Replication = v.increment, v.offset, s.repl.String()
+	s.mu.Unlock()
+	s.fence.Report(&h)
 	return h
 }
 
 // reachable reports whether the server answers: in rotation, or out of it because it is fenced (a
 // fenced server still holds valid water marks of its peers).
-func (s *server) reachable() bool {
-	if s.Usable() {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.fenced) > 0
-}
+func (s *server) reachable() bool { return s.Usable() || s.fence.Fenced() }
 
 // Revive checks a down server again (settings, peers, schema, rows, water marks) and puts it back in
 // rotation.

@@ -19,7 +19,8 @@ import (
 	"github.com/ticketd/ticketd/schema"
 )
 
-// Config configures a Store. The zero value of each field means its default.
+// Config configures a Store. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field.
 type Config struct {
 	// DSNs are go-sql-driver DSNs, one per ticket server (two for the Flickr pair). Required.
 	// interpolateParams=true is added so that a lease is a single round trip.
@@ -53,44 +54,42 @@ type Config struct {
 	now func() time.Time
 }
 
+// fields are the fields every backend of several servers has (see failover.Fields).
+func (c *Config) fields() failover.Fields {
+	return failover.Fields{AttemptTimeout: &c.AttemptTimeout, Timeout: &c.Timeout, MinBackoff: &c.MinBackoff,
+		MaxBackoff: &c.MaxBackoff, ProbeInterval: &c.ProbeInterval, WatermarkInterval: &c.WatermarkInterval,
+		SettingsTTL: &c.SettingsTTL, MaxConns: &c.MaxConns}
+}
+
 func (c Config) withDefaults() Config {
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 2 * time.Second
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 5 * time.Second
-	}
-	if c.MinBackoff == 0 {
-		c.MinBackoff = 100 * time.Millisecond
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 5 * time.Second
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = time.Second
-	}
-	if c.WatermarkInterval == 0 {
-		c.WatermarkInterval = 2 * time.Second
-	}
-	if c.SettingsTTL == 0 {
-		c.SettingsTTL = 2 * time.Second
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 32
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.fields().Defaults()
+	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
 		c.now = time.Now
 	}
 	return c
 }
 
+// validate checks what withDefaults cannot fill in: the servers, and no negative field.
+func (c Config) validate() error {
+	if len(c.DSNs) == 0 {
+		return fmt.Errorf("%w: mysql: no ticket server DSN given", allocator.ErrInvalidConfig)
+	}
+	if len(c.Names) != 0 && len(c.Names) != len(c.DSNs) {
+		return fmt.Errorf("%w: mysql: %d names for %d servers", allocator.ErrInvalidConfig, len(c.Names), len(c.DSNs))
+	}
+	return c.fields().Check("mysql.Config")
+}
+
 // Store is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
 // interface. Leases go round-robin across usable servers; a failed server is skipped with backoff,
 // checked again before its next lease, and any server alone can serve. Safe for concurrent use.
+//
+// Lease, LeaseFrom, Namespace, Settings, Namespaces, Servers and Health come from the servers' failover
+// set (failover.Front): each lease attempt is one UPDATE, and a server that lacks a namespace's row is
+// given it first.
 type Store struct {
+	failover.Front[*server, rowSettings]
 	cfg Config
 	set *failover.Set[*server, rowSettings] // the servers, their health, failover and cached settings
 	// kickGuard runs the restored-backup guard soon (see guard); nil until Open starts it.
@@ -99,6 +98,7 @@ type Store struct {
 
 var _ allocator.Backend = (*Store)(nil)
 var _ allocator.HealthReporter = (*Store)(nil)
+var _ allocator.SettingsReader = (*Store)(nil)
 
 // Open connects to every server, checks each reachable one (see server.verify), and refuses to start
 // when the servers' settings conflict (they could issue the same ID). A server that is down, fenced,
@@ -226,14 +226,7 @@ func (p *Store) probe() {
 // Close stops background checks, writes the water marks one last time and closes every connection
 // pool. Safe to call twice.
 func (p *Store) Close() error {
-	p.set.Close(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
-		if err := p.writeWatermarks(ctx); err != nil {
-			p.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
-		}
-		cancel()
-		p.closeDBs()
-	})
+	p.set.CloseRecording(p.writeWatermarks, p.closeDBs)
 	return nil
 }
 
@@ -242,44 +235,6 @@ func (p *Store) closeDBs() {
 		_ = s.db.Close()
 		_ = s.ctl.Close()
 	}
-}
-
-// Servers returns the server names in configuration order.
-func (p *Store) Servers() []string { return p.set.Names() }
-
-// Health reports each server's state.
-func (p *Store) Health() []allocator.ServerHealth { return p.set.Health() }
-
-// Lease takes a block of size IDs (0 means the namespace's block size) from the next usable server,
-// failing over to the others. Each attempt is one UPDATE; an attempt whose outcome is unknown is
-// abandoned and the retry takes a new range (the lost one is a gap, never reissued).
-func (p *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
-	return p.LeaseFrom(ctx, namespace, size, "")
-}
-
-// LeaseFrom is Lease with a preferred server: it is tried first when usable. An empty prefer means
-// round-robin.
-func (p *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
-	if err := allocator.ValidateName(namespace); err != nil {
-		return allocator.Block{}, err
-	}
-	if size < 0 {
-		return allocator.Block{}, allocator.ValidateSize(size, 1)
-	}
-	return p.set.Lease(ctx, namespace, size, prefer, p.leaseOn)
-}
-
-// leaseOn is one attempt on one server, under the attempt's timeout.
-func (p *Store) leaseOn(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
-	blk, err := s.lease(ctx, r.ns, size)
-	if errors.Is(err, errRowMissing) {
-		// The server was down when the namespace was created, and nothing says it ever issued from it
-		// (else the lease would have fenced it): give it the row, then lease.
-		if err = s.ensureRow(ctx, r.ns); err == nil {
-			blk, err = s.lease(ctx, r.ns, size)
-		}
-	}
-	return blk, err
 }
 
 // ensureRow creates a namespace's row on a checked server that lacks it.
@@ -328,16 +283,6 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 		}
 		return err
 	})
-}
-
-// Namespace returns the namespace's settings and each server's counter.
-func (p *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
-	return p.set.Namespace(ctx, name, p.serverStates)
-}
-
-// Namespaces lists the namespaces known to any usable server.
-func (p *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	return p.set.Namespaces(ctx, p.serverStates)
 }
 
 // serverStates reads each server's counter of each namespace, one query per server and namespace.
@@ -399,24 +344,24 @@ func MigrateDSN(ctx context.Context, dsn string) ([]int, error) {
 
 // build makes a Store with a connection pool per server and checks nothing.
 func build(cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
-	if len(cfg.DSNs) == 0 {
-		return nil, fmt.Errorf("mysql: no ticket server DSN given")
-	}
-	if len(cfg.Names) != 0 && len(cfg.Names) != len(cfg.DSNs) {
-		return nil, fmt.Errorf("mysql: %d names for %d servers", len(cfg.Names), len(cfg.DSNs))
-	}
 	p := &Store{cfg: cfg, set: failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		SettingsTTL: cfg.SettingsTTL, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
+	p.Front = failover.NewFront(p.set, func(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
+		return s.lease(ctx, r.ns, size)
+	}, func(ctx context.Context, s *server, r rowSettings) error { return s.ensureRow(ctx, r.ns) }, errRowMissing, p.serverStates)
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
 		if err != nil {
 			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %d: bad DSN: %w", i+1, err)
+			return nil, fmt.Errorf("%w: mysql: server %d: bad DSN: %w", allocator.ErrInvalidConfig, i+1, err)
 		}
 		name := mc.Addr
 		if len(cfg.Names) > 0 {
@@ -424,19 +369,13 @@ func build(cfg Config) (*Store, error) {
 		}
 		if seen[name] {
 			p.closeDBs()
-			return nil, fmt.Errorf("mysql: server %q is listed twice; each ticket server once", name)
+			return nil, fmt.Errorf("%w: mysql: server %q is listed twice; each ticket server once", allocator.ErrInvalidConfig, name)
 		}
 		seen[name] = true
 		mc.InterpolateParams = true // one round trip per lease (no prepare/execute/close)
-		if mc.Timeout == 0 {
-			mc.Timeout = cfg.AttemptTimeout
-		}
-		if mc.ReadTimeout == 0 {
-			mc.ReadTimeout = 2 * cfg.AttemptTimeout
-		}
-		if mc.WriteTimeout == 0 {
-			mc.WriteTimeout = 2 * cfg.AttemptTimeout
-		}
+		allocator.Default(&mc.Timeout, cfg.AttemptTimeout)
+		allocator.Default(&mc.ReadTimeout, 2*cfg.AttemptTimeout)
+		allocator.Default(&mc.WriteTimeout, 2*cfg.AttemptTimeout)
 		conn, err := mysql.NewConnector(mc)
 		if err != nil {
 			p.closeDBs()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/internal/failover"
@@ -168,9 +167,7 @@ func (p *Store) checkFence(ctx context.Context, s *server, v serverVars, marks m
 		fenced, details = belowMarks(rows, marks)
 	}
 	if len(fenced) == 0 {
-		s.mu.Lock()
-		s.fenced, s.fenceWhy = nil, ""
-		s.mu.Unlock()
+		s.fence.Clear()
 		return nil
 	}
 	return p.fence(s, fenced, details)
@@ -196,33 +193,9 @@ func belowMarks(rows []rowSettings, marks map[string]failover.Mark) (fenced, det
 	return fenced, details
 }
 
-// fence records that s went back in time for the namespaces named, logs it, has this process's marks
-// written to the peers at once (so that other processes see them at their next read), and returns the
-// error that takes s out of rotation.
+// fence records that s went back in time for the namespaces named (see failover.Set.Fence).
 func (p *Store) fence(s *server, namespaces, details []string) error {
-	sort.Strings(namespaces)
-	sort.Strings(details)
-	err := fmt.Errorf("%w: %s", allocator.ErrFenced, failover.FenceReason(s.Name(), namespaces, details))
-	s.mu.Lock()
-	s.fenced, s.fenceWhy = namespaces, err.Error()
-	s.mu.Unlock()
-	p.cfg.Logger.Error("ticket server fenced", "server", s.Name(), "namespaces", namespaces, "err", err)
-	if p.kickGuard != nil {
-		p.kickGuard()
-	}
-	return err
-}
-
-// fencedFor says whether s is fenced for a namespace, and why.
-func (s *server) fencedFor(ns string) (bool, string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, n := range s.fenced {
-		if n == ns {
-			return true, s.fenceWhy
-		}
-	}
-	return false, ""
+	return p.set.Fence(s, &s.fence, namespaces, details, p.kickGuard)
 }
 
 // Repair advances a fenced server's counter for a namespace past the highest water mark its peers (and

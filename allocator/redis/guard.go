@@ -126,7 +126,7 @@ func (s *Store) guard() {
 func (s *Store) checkFence(ctx context.Context, in *instance) error {
 	floors := in.marks.Snapshot()
 	if len(floors) == 0 {
-		in.clearFence()
+		in.fence.Clear()
 		return nil
 	}
 	names := make([]string, 0, len(floors))
@@ -156,32 +156,15 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 		}
 	}
 	if len(fenced) == 0 {
-		in.clearFence()
+		in.fence.Clear()
 		return nil
 	}
 	return s.fence(in, fenced, details)
 }
 
-func (in *instance) clearFence() {
-	in.mu.Lock()
-	in.fenced, in.fenceWhy = nil, ""
-	in.mu.Unlock()
-}
-
-// fence records that the instance went back in time for the namespaces named, logs it, has this
-// process's marks written to the peers at once, and returns the error that takes it out of rotation.
+// fence records that the instance went back in time for the namespaces named (see failover.Set.Fence).
 func (s *Store) fence(in *instance, namespaces, details []string) error {
-	sort.Strings(namespaces)
-	sort.Strings(details)
-	err := fmt.Errorf("%w: %s", allocator.ErrFenced, failover.FenceReason(in.Name(), namespaces, details))
-	in.mu.Lock()
-	in.fenced, in.fenceWhy = namespaces, err.Error()
-	in.mu.Unlock()
-	s.cfg.Logger.Error("Redis instance fenced", "server", in.Name(), "namespaces", namespaces, "err", err)
-	if s.kickGuard != nil {
-		s.kickGuard()
-	}
-	return err
+	return s.set.Fence(in, &in.fence, namespaces, details, s.kickGuard)
 }
 
 // fenceLost fences an instance that lost its data (its identity), for every namespace this process

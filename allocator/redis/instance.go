@@ -75,34 +75,22 @@ type instance struct {
 	checked atomic.Pointer[string]
 	marks   failover.Floors // the highest counters seen here, by this process and in the peers' marks
 
-	mu       sync.Mutex
-	warned   bool     // the volatile warning was logged
-	fenced   []string // namespaces below a water mark, or every one when the instance lost its data
-	fenceWhy string
+	mu     sync.Mutex
+	warned bool // the volatile warning was logged
+	// fence holds the namespaces below a water mark, or every one when the instance lost its data.
+	fence failover.Fence
 }
 
 // Health reports the instance's state with its stride and offset, and whether it is fenced.
 func (in *instance) Health() allocator.ServerHealth {
 	h := in.Member.Health()
 	h.Step, h.Offset = in.store.cfg.Stride, in.offset
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	h.Fenced = len(in.fenced) > 0
-	if h.Fenced && !h.Healthy {
-		h.Error = in.fenceWhy
-	}
+	in.fence.Report(&h)
 	return h
 }
 
 // reachable reports whether the instance answers: in rotation, or out of it because it is fenced.
-func (in *instance) reachable() bool {
-	if in.Usable() {
-		return true
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.fenced) > 0
-}
+func (in *instance) reachable() bool { return in.Usable() || in.fence.Fenced() }
 
 // Revive checks a down instance again and puts it back in rotation.
 func (in *instance) Revive(ctx context.Context) error {

@@ -26,7 +26,8 @@ const MaxStride = 1024
 // DefaultKeyPrefix starts every key when Config.KeyPrefix is empty.
 const DefaultKeyPrefix = "ticketd:"
 
-// Config configures a Store. The zero value of each field means its default.
+// Config configures a Store. The zero value of each field means its default; a negative
+// number is refused with allocator.ErrInvalidConfig naming the field.
 type Config struct {
 	// Addrs are the Redis instances, each "host:port" or a "redis://[user:password@]host:port[/db]"
 	// URL. Required. Standalone instances only: each is its own ticket server, never a replica or a
@@ -70,45 +71,23 @@ type Config struct {
 	now func() time.Time
 }
 
+// fields are the fields every backend of several servers has (see failover.Fields).
+func (c *Config) fields() failover.Fields {
+	return failover.Fields{AttemptTimeout: &c.AttemptTimeout, Timeout: &c.Timeout, MinBackoff: &c.MinBackoff,
+		MaxBackoff: &c.MaxBackoff, ProbeInterval: &c.ProbeInterval, WatermarkInterval: &c.WatermarkInterval,
+		SettingsTTL: &c.SettingsTTL, MaxConns: &c.MaxConns}
+}
+
 func (c Config) withDefaults() Config {
-	if c.Stride == 0 {
-		c.Stride = int64(len(c.Addrs))
-	}
+	allocator.Default(&c.Stride, int64(len(c.Addrs)))
 	if len(c.Offsets) == 0 {
 		for i := range c.Addrs {
 			c.Offsets = append(c.Offsets, int64(i+1))
 		}
 	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 2 * time.Second
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 5 * time.Second
-	}
-	if c.MinBackoff == 0 {
-		c.MinBackoff = 100 * time.Millisecond
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 5 * time.Second
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = time.Second
-	}
-	if c.WatermarkInterval == 0 {
-		c.WatermarkInterval = 2 * time.Second
-	}
-	if c.SettingsTTL == 0 {
-		c.SettingsTTL = 2 * time.Second
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 32
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	allocator.Default(&c.KeyPrefix, DefaultKeyPrefix)
+	c.fields().Defaults()
+	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -120,13 +99,14 @@ func (c Config) validate() error {
 	n := int64(len(c.Addrs))
 	switch {
 	case n == 0:
-		return errors.New("redis: no instance address given")
+		return fmt.Errorf("%w: redis: no instance address given", allocator.ErrInvalidConfig)
 	case int64(len(c.Offsets)) != n:
 		return fmt.Errorf("%w: %d offsets for %d Redis instances; give one offset per instance", allocator.ErrMisconfigured, len(c.Offsets), n)
 	case c.Stride < n || c.Stride > MaxStride:
 		return fmt.Errorf("%w: stride %d must be between the number of Redis instances (%d) and %d", allocator.ErrMisconfigured, c.Stride, n, MaxStride)
-	case c.AttemptTimeout < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.ProbeInterval < 0 || c.WatermarkInterval < 0 || c.SettingsTTL < 0 || c.MaxConns < 0:
-		return errors.New("redis: timeouts, backoffs, intervals and MaxConns must not be negative")
+	}
+	if err := c.fields().Check("redis.Config"); err != nil {
+		return err
 	}
 	var errs []error
 	byOffset := map[int64]string{}
@@ -183,12 +163,12 @@ func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
 	if strings.Contains(addr, "://") {
 		o, err := goredis.ParseURL(addr)
 		if err != nil {
-			return nil, fmt.Errorf("redis: %s: %s", redact(addr), urlProblem(addr))
+			return nil, fmt.Errorf("%w: redis: %s: %s", allocator.ErrInvalidConfig, redact(addr), urlProblem(addr))
 		}
 		opt = o
 	} else {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("redis: %q: want host:port or a redis:// URL: %w", addr, err)
+			return nil, fmt.Errorf("%w: redis: %q: want host:port or a redis:// URL: %w", allocator.ErrInvalidConfig, addr, err)
 		}
 		opt = &goredis.Options{Addr: addr}
 	}
@@ -221,7 +201,12 @@ func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":sett
 // Store is a set of Redis instances behind the allocator.Backend interface. Leases go round-robin
 // across usable instances; a failed instance is skipped with backoff and checked again before its
 // next lease, and any instance alone can serve. Safe for concurrent use.
+//
+// Lease, LeaseFrom, Namespace, Settings, Namespaces, Servers (host:port, or host:port/db) and Health
+// come from the instances' failover set (failover.Front): each lease attempt is one script call, and an
+// instance that lacks a namespace is given it first.
 type Store struct {
+	failover.Front[*instance, record]
 	cfg  Config
 	keys keys
 	set  *failover.Set[*instance, record] // the instances, their health, failover and cached settings
@@ -231,6 +216,7 @@ type Store struct {
 
 var _ allocator.Backend = (*Store)(nil)
 var _ allocator.HealthReporter = (*Store)(nil)
+var _ allocator.SettingsReader = (*Store)(nil)
 
 // Open connects to every instance and checks each reachable one (see instance.check): it must keep
 // acknowledged writes across a restart (unless AllowVolatile), and serve the offset and stride it
@@ -297,6 +283,9 @@ func build(cfg Config) (*Store, error) {
 		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		SettingsTTL: cfg.SettingsTTL, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
+	s.Front = failover.NewFront(s.set, func(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
+		return in.lease(ctx, rec, size)
+	}, func(ctx context.Context, in *instance, rec record) error { return in.ensure(ctx, rec) }, errMissing, s.serverStates)
 	seen := map[string]bool{}
 	for i, addr := range cfg.Addrs {
 		opt, err := clientOptions(addr, cfg)
@@ -310,7 +299,7 @@ func build(cfg Config) (*Store, error) {
 		}
 		if seen[name] {
 			s.closeClients()
-			return nil, fmt.Errorf("redis: instance %s is listed twice; list each instance once", name)
+			return nil, fmt.Errorf("%w: redis: instance %s is listed twice; list each instance once", allocator.ErrInvalidConfig, name)
 		}
 		seen[name] = true
 		s.set.Add(&instance{Member: s.set.NewMember(name), client: goredis.NewClient(opt), offset: cfg.Offsets[i], store: s})
@@ -335,14 +324,7 @@ func (s *Store) probe() {
 // Close stops background checks, writes the water marks one last time and closes every connection
 // pool. Safe to call twice.
 func (s *Store) Close() error {
-	s.set.Close(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptTimeout)
-		if err := s.writeMarks(ctx); err != nil {
-			s.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
-		}
-		cancel()
-		s.closeClients()
-	})
+	s.set.CloseRecording(s.writeMarks, s.closeClients)
 	return nil
 }
 
@@ -352,46 +334,8 @@ func (s *Store) closeClients() {
 	}
 }
 
-// Servers returns the instance names (host:port) in configuration order.
-func (s *Store) Servers() []string { return s.set.Names() }
-
-// Health reports each instance's state.
-func (s *Store) Health() []allocator.ServerHealth { return s.set.Health() }
-
-// Lease takes a block of size IDs (0 means the namespace's block size) from the next usable instance,
-// failing over to the others. Each attempt is one script call; an attempt whose outcome is unknown is
-// abandoned and the retry takes a new range (the lost one is a gap, never reissued).
-func (s *Store) Lease(ctx context.Context, namespace string, size int64) (allocator.Block, error) {
-	return s.LeaseFrom(ctx, namespace, size, "")
-}
-
-// LeaseFrom is Lease with a preferred instance (a name from Servers): it is tried first when usable.
-// An empty prefer means round-robin.
-func (s *Store) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
-	if err := allocator.ValidateName(namespace); err != nil {
-		return allocator.Block{}, err
-	}
-	if size < 0 || size > allocator.MaxBlockSizeLimit {
-		return allocator.Block{}, allocator.ValidateSize(size, allocator.MaxBlockSizeLimit)
-	}
-	return s.set.Lease(ctx, namespace, size, prefer, s.leaseOn)
-}
-
-// leaseOn is one attempt on one instance, under the attempt's timeout.
-func (s *Store) leaseOn(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
-	blk, err := in.lease(ctx, rec, size)
-	if errors.Is(err, errMissing) {
-		// The instance was away when the namespace was created, and nothing says it ever issued from it
-		// (else the lease would have fenced it): give it the namespace, then lease.
-		if err = in.ensure(ctx, rec); err == nil {
-			blk, err = in.lease(ctx, rec, size)
-		}
-	}
-	return blk, err
-}
-
 // isServerFault reports whether err says the instance (or the way to it) failed, rather than the
-// request. Lacking a namespace is not a fault: the instance is given it (see leaseOn).
+// request. Lacking a namespace is not a fault: the instance is given it (see failover.Front).
 func isServerFault(err error) bool {
 	return !errors.Is(err, errMissing) && failover.IsServerFault(err)
 }
@@ -415,16 +359,6 @@ func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	return s.set.UpdateNamespace(ctx, ns, s.serverStates, func(ctx context.Context, in *instance, c failover.Change[record]) error {
 		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS}, c.Lowered)
 	})
-}
-
-// Namespace returns the namespace's settings and each instance's counter.
-func (s *Store) Namespace(ctx context.Context, name string) (allocator.Namespace, error) {
-	return s.set.Namespace(ctx, name, s.serverStates)
-}
-
-// Namespaces lists the namespaces known to any usable instance, sorted by name.
-func (s *Store) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {
-	return s.set.Namespaces(ctx, s.serverStates)
 }
 
 // serverStates reads each instance's counter of each namespace, one round trip per instance.

@@ -2,11 +2,11 @@ package failover
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/backoff"
 )
 
 // Member is one server's health as its backend sees it: whether leases may go to it, why not, and when
@@ -19,8 +19,7 @@ type Member struct {
 
 	mu        sync.Mutex
 	up        bool // checked and answering: leases may go here
-	failures  int
-	retryAt   time.Time
+	streak    backoff.Streak
 	lastErr   error
 	downSince time.Time
 }
@@ -43,7 +42,7 @@ func (m *Member) Usable() bool {
 func (m *Member) Due(now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.up && !now.Before(m.retryAt)
+	return !m.up && m.streak.Due(now)
 }
 
 // Health is the server's name, whether it is usable and, when not, why. A backend adds what it knows
@@ -67,21 +66,16 @@ func (m *Member) MarkDown(err error) {
 	m.mu.Lock()
 	wasUp := m.up
 	m.up = false
-	m.failures++
-	backoff := cfg.MinBackoff << min(m.failures-1, 20)
-	if backoff > cfg.MaxBackoff || backoff <= 0 {
-		backoff = cfg.MaxBackoff
-	}
-	backoff = backoff/2 + rand.N(backoff/2+1)
+	wait := backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff}.Wait(m.streak.Failures + 1)
 	now := cfg.Now()
-	m.retryAt = now.Add(backoff)
+	m.streak.Fail(now, wait)
 	m.lastErr = err
 	if wasUp {
 		m.downSince = now
 	}
 	m.mu.Unlock()
 	if wasUp {
-		cfg.Logger.Warn(cfg.Noun+" down; leasing from the others", "server", m.name, "retry_in", backoff.Round(time.Millisecond), "err", err)
+		cfg.Logger.Warn(cfg.Noun+" down; leasing from the others", "server", m.name, "retry_in", wait.Round(time.Millisecond), "err", err)
 	}
 }
 
@@ -90,7 +84,7 @@ func (m *Member) MarkDown(err error) {
 func (m *Member) MarkUp() {
 	m.mu.Lock()
 	if m.up {
-		m.failures = 0
+		m.streak.Failures = 0
 	}
 	m.mu.Unlock()
 }
@@ -98,7 +92,7 @@ func (m *Member) MarkUp() {
 // MarkUsable puts a server that passed its checks in rotation.
 func (m *Member) MarkUsable() {
 	m.mu.Lock()
-	m.up, m.failures, m.lastErr = true, 0, nil
+	m.up, m.streak.Failures, m.lastErr = true, 0, nil
 	m.mu.Unlock()
 }
 

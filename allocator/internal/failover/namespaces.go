@@ -150,6 +150,19 @@ func (set *Set[S, R]) checkLowering(ctx context.Context, ns allocator.Namespace,
 
 // Namespace returns a namespace's latest settings with each server's state.
 func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States) (allocator.Namespace, error) {
+	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	defer cancel()
+	ns, err := set.ReadSettings(ctx, name)
+	if err != nil {
+		return allocator.Namespace{}, err
+	}
+	ns.Servers = states(ctx, []string{name})[name]
+	return ns, nil
+}
+
+// ReadSettings returns a namespace's latest settings as Latest reads them, without any server's state,
+// and keeps them as the copy leases use (see Settings): one read serves both.
+func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.Namespace, error) {
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
 	}
@@ -158,13 +171,13 @@ func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States)
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
+	now := set.cfg.Now()
 	r, err := set.Latest(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	ns := r.Namespace()
-	ns.Servers = states(ctx, []string{name})[name]
-	return ns, nil
+	set.keep(name, r, now)
+	return r.Namespace(), nil
 }
 
 // Namespaces lists the namespaces known to any usable server, sorted by name, each with its latest
@@ -289,10 +302,15 @@ func (set *Set[S, R]) refresh(ctx context.Context, name string, now time.Time) (
 		var zero R
 		return zero, err
 	}
+	set.keep(name, rec, now)
+	return rec, nil
+}
+
+// keep caches rec as a namespace's settings read at now, for leases.
+func (set *Set[S, R]) keep(name string, rec R, now time.Time) {
 	set.settingsMu.Lock()
 	set.settings[name] = cachedSettings[R]{rec: rec, fetched: now}
 	set.settingsMu.Unlock()
-	return rec, nil
 }
 
 // Forget drops a namespace's cached settings, after a change.

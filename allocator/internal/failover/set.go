@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/backoff"
 )
 
 // Set is a backend's ticket servers: S is the backend's server type, R its record of a namespace's
@@ -97,12 +98,7 @@ func (set *Set[S, R]) InParallel(fn func(S) error) []error {
 // Order returns the servers starting at the round-robin cursor, the one named prefer first when there
 // is one.
 func (set *Set[S, R]) Order(prefer string) []S {
-	n := len(set.servers)
-	start := int(set.next.Add(1) % uint64(n))
-	out := make([]S, n)
-	for i := range n {
-		out[i] = set.servers[(start+i)%n]
-	}
+	out := backoff.Rotate(set.servers, &set.next)
 	if prefer != "" {
 		for i, s := range out {
 			if s.Name() == prefer {
@@ -175,13 +171,32 @@ func (set *Set[S, R]) Close(release func()) {
 	})
 }
 
+// CloseRecording is Close that first records the water marks one last time with record, under
+// AttemptTimeout (a failure is logged), then runs release.
+func (set *Set[S, R]) CloseRecording(record func(context.Context) error, release func()) {
+	set.Close(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), set.cfg.AttemptTimeout)
+		if err := record(ctx); err != nil {
+			set.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
+		}
+		cancel()
+		release()
+	})
+}
+
 // Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
 // gives one: prefer first when it names a server, then round-robin; first every server that is up or
 // due for a retry, then, if all failed and time is left, those still in backoff. lease is one attempt
-// on one server, bounded by AttemptTimeout; a server that is down is revived first. The caller has
-// checked the name and the sign of size.
+// on one server, bounded by AttemptTimeout; a server that is down is revived first. A bad name, or a
+// size below 0 or above MaxBlockSizeLimit, is refused before any server is asked.
 func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, prefer string,
 	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
+	if err := allocator.ValidateName(namespace); err != nil {
+		return allocator.Block{}, err
+	}
+	if size < 0 || size > allocator.MaxBlockSizeLimit {
+		return allocator.Block{}, allocator.ValidateSize(size, allocator.MaxBlockSizeLimit)
+	}
 	if set.closed.Load() {
 		return allocator.Block{}, allocator.ErrClosed
 	}
