@@ -303,3 +303,50 @@ func TestReadmeDockerRun(t *testing.T) {
 		t.Fatalf("the container would answer %s; the README shows %s", got, shown[0])
 	}
 }
+
+// TestReadmeLayoutMatchesTheTree: every directory the README's Layout section names exists, and every
+// directory that holds Go code is named there, or lies below one that is.
+func TestReadmeLayoutMatchesTheTree(t *testing.T) {
+	sec := readmeSection(t, "## Layout")
+	named := map[string]bool{}
+	for _, line := range strings.Split(sec, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasSuffix(f[0], "/") || strings.HasPrefix(line, " ") {
+			continue
+		}
+		dir := strings.TrimSuffix(f[0], "/")
+		named[dir] = true
+		if st, err := os.Stat(filepath.Join("../..", dir)); err != nil || !st.IsDir() {
+			t.Errorf("the Layout names %s/, which is not a directory of the tree", dir)
+		}
+	}
+	if len(named) < 10 {
+		t.Fatalf("the Layout names %d directories; the parse found no list", len(named))
+	}
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(d.Name(), ".go") {
+			return nil
+		}
+		dir, _ := filepath.Rel(root, filepath.Dir(path))
+		for p := filepath.ToSlash(dir); ; p = filepath.ToSlash(filepath.Dir(p)) {
+			if named[p] {
+				return nil
+			}
+			if p == "." || p == "/" {
+				break
+			}
+		}
+		t.Errorf("%s holds Go code, and neither it nor a directory above it is in the README's Layout", filepath.ToSlash(dir))
+		return filepath.SkipDir
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
