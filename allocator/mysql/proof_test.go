@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -321,4 +322,44 @@ func TestSettingChangedOnARunningServer(t *testing.T) {
 	}
 	testenv.Exec(t, f.pair[1].DSN(""), "SET GLOBAL innodb_flush_log_at_trx_commit = 1")
 	allocatortest.LeaseUntil(t, nameB, func() (allocator.Block, error) { return p.LeaseFrom(ctx, "orders", 10, nameB) })
+}
+
+// TestHungPeerDoesNotTakeTheOtherDownInTheGuard: while B takes connections and answers nothing
+// (SIGSTOP), the background guard writes marks into B until its time runs out. A's own check then
+// gets time of its own and A stays in rotation: a check that could not read A's settings for lack of
+// time used to count as a setting changed, and took A out too.
+func TestHungPeerDoesNotTakeTheOtherDownInTheGuard(t *testing.T) {
+	f := newFleet(t, nil)
+	// No background probe or guard: the test runs the guard itself.
+	p := openStore(t, f.dsns, func(c *Config) {
+		c.ProbeInterval, c.WatermarkInterval, c.AttemptTimeout = time.Hour, time.Hour, 300*time.Millisecond
+	})
+	ctx := context.Background()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	nameA := p.Servers()[0]
+	for _, s := range p.Servers() {
+		if _, err := p.LeaseFrom(ctx, "orders", 10, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.guard() // the marks written, and the lease rates' clock started
+	if _, err := p.LeaseFrom(ctx, "orders", 10, nameA); err != nil {
+		t.Fatal(err)
+	}
+	// A's new mark and its lease rate now wait to be written into B: each write waits for B's answer
+	// until the read timeout (twice AttemptTimeout), together the guard's whole time before.
+	pid := f.pair[1].Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	p.guard()
+	if h := healthOf(p, nameA); !h.Healthy {
+		t.Fatalf("A taken out of rotation by the guard while B hangs: %+v", h)
+	}
+	if b, err := p.LeaseFrom(ctx, "orders", 10, nameA); err != nil || b.Server != nameA {
+		t.Fatalf("lease from A: %v, %v", b, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/internal/failover"
@@ -41,63 +42,83 @@ func (p *Store) writeWatermarks(ctx context.Context) error {
 			if peer == s || !peer.Usable() {
 				continue
 			}
-			for ns, high := range s.marks.Pending(peer.Name()) {
-				_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us)
-					VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`,
-					ns, v.offset, high, now.UnixMicro())
-				if err != nil {
-					errs = append(errs, fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err))
-					break
-				}
-				s.marks.Wrote(peer.Name(), ns, high)
-			}
-			for ns, rate := range rates {
-				if rate <= 0 {
-					continue
-				}
-				_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_lease_rates (namespace, peer_offset, peak_per_s, updated_us)
-					VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE peak_per_s = GREATEST(peak_per_s, VALUES(peak_per_s)), updated_us = VALUES(updated_us)`,
-					ns, v.offset, rate, now.UnixMicro())
-				if err != nil {
-					errs = append(errs, fmt.Errorf("lease rate of %s on %s: %w", s.Name(), peer.Name(), err))
-					break
-				}
-			}
+			errs = append(errs, p.writeTo(ctx, s, peer, *v, rates, now))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeTo writes s's unwritten marks and its lease rates into peer, within one attempt's time: a peer
+// that hangs holds up the writes to the others no longer than that.
+func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, rates map[string]int64, now time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	defer cancel()
+	for ns, high := range s.marks.Pending(peer.Name()) {
+		_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us)
+			VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`,
+			ns, v.offset, high, now.UnixMicro())
+		if err != nil {
+			return fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err)
+		}
+		s.marks.Wrote(peer.Name(), ns, high)
+	}
+	for ns, rate := range rates {
+		if rate <= 0 {
+			continue
+		}
+		_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_lease_rates (namespace, peer_offset, peak_per_s, updated_us)
+			VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE peak_per_s = GREATEST(peak_per_s, VALUES(peak_per_s)), updated_us = VALUES(updated_us)`,
+			ns, v.offset, rate, now.UnixMicro())
+		if err != nil {
+			return fmt.Errorf("lease rate of %s on %s: %w", s.Name(), peer.Name(), err)
+		}
+	}
+	return nil
 }
 
 // guard runs every WatermarkInterval, and at once when a server is fenced: it writes the marks to the
 // peers, reads theirs back into the floors, takes out of rotation a server whose settings changed
 // while it served, and fences one whose counters went below the floors — also when no lease is asking.
 func (p *Store) guard() {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.AttemptTimeout)
-	defer cancel()
+	// Each step has a time of its own: a peer that hangs spends the writes' time, not the time of the
+	// checks of the servers that answer.
+	budget := 4 * p.cfg.AttemptTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	if err := p.writeWatermarks(ctx); err != nil && !p.set.Closed() {
 		p.cfg.Logger.Warn("could not record high-water marks", "err", err)
 	}
+	cancel()
 	for _, s := range p.set.All() {
 		v := s.view()
 		if v == nil || !s.Usable() {
 			continue
 		}
-		// A setting changed on the running server takes it out of rotation until it is checked again
-		// in full (its revival), without waiting for a new connection.
-		now, err := s.inspect(ctx)
-		if err == nil && now != *v {
-			err = fmt.Errorf("%s's settings changed while it served (auto_increment_increment %d, offset %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d, now %d, %d, %d, %d): checking it again",
-				s.Name(), v.increment, v.offset, v.flushAtCommit, v.syncBinlog, now.increment, now.offset, now.flushAtCommit, now.syncBinlog)
-		}
-		if err != nil {
-			if errors.Is(err, allocator.ErrMisconfigured) || errors.Is(err, errNotSynced) || now != *v {
-				s.MarkDown(err)
-			}
-			continue
-		}
-		if err := p.checkFence(ctx, s, *v, p.peerMarks(ctx, s, v.offset)); errors.Is(err, allocator.ErrFenced) {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		p.guardServer(ctx, s, *v)
+		cancel()
+	}
+}
+
+// guardServer takes s, checked with the settings v, out of rotation when its settings changed while it
+// served, or when its counters went below the floors. A server that does not answer the guard stays in
+// rotation: its leases' own failures take it out.
+func (p *Store) guardServer(ctx context.Context, s *server, v serverVars) {
+	// A setting changed on the running server takes it out of rotation until it is checked again in
+	// full (its revival), without waiting for a new connection.
+	now, err := s.inspect(ctx)
+	changed := err == nil && now != v
+	if changed {
+		err = fmt.Errorf("%s's settings changed while it served (auto_increment_increment %d, offset %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d, now %d, %d, %d, %d): checking it again",
+			s.Name(), v.increment, v.offset, v.flushAtCommit, v.syncBinlog, now.increment, now.offset, now.flushAtCommit, now.syncBinlog)
+	}
+	if err != nil {
+		if changed || errors.Is(err, allocator.ErrMisconfigured) || errors.Is(err, errNotSynced) {
 			s.MarkDown(err)
 		}
+		return
+	}
+	if err := p.checkFence(ctx, s, v, p.peerMarks(ctx, s, v.offset)); errors.Is(err, allocator.ErrFenced) {
+		s.MarkDown(err)
 	}
 }
 
