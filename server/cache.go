@@ -181,6 +181,7 @@ type space struct {
 	latency      time.Duration // of segment leases: the moving average, or the last when slower
 	landed       chan struct{} // closed, and replaced, whenever a segment lease lands
 	answers      hedge.Delay   // latencies of the segment leases that landed before their hedge or original
+	lastDirect   string        // the server of the last direct lease (see leaseDirect)
 	hedgesSent   int64
 	hedgesWon    int64
 }
@@ -327,10 +328,11 @@ func (c *segmentCache) lease(ctx context.Context, name string, size int64, reqID
 	}
 }
 
-// direct leases a block too big for the segments straight from the backend. When the namespace has
-// reached its ceiling, the segments may still hold its last IDs: they are served instead.
+// direct leases a block too big for the segments straight from the backend (hedged, see leaseDirect).
+// When the namespace has reached its ceiling, the segments may still hold its last IDs: they are
+// served instead.
 func (c *segmentCache) direct(ctx context.Context, sp *space, size int64, reqID string) (allocator.Block, bool, error) {
-	blk, err := c.backend.Lease(ctx, sp.name, size)
+	blk, err := c.leaseDirect(ctx, sp, size)
 	if errors.Is(err, allocator.ErrExhausted) {
 		if blk, ok := sp.rest(ctx, sp.cur.Load(), size, reqID); ok {
 			return blk, true, nil

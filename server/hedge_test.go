@@ -154,6 +154,109 @@ func TestCacheWhileATicketServerHangs(t *testing.T) {
 	}
 }
 
+// TestCacheDirectLeasesWhileATicketServerHangs: requests too big for the segments (1000 IDs, segments
+// of at most 2000) lease straight from the pair. Mid-run server a stops answering. Failover alone makes
+// the lease that meets a wait the pair's attempt timeout (2 s); hedged, one not answered within the
+// hedge delay sends a second lease to b, and no request waits more than 200 ms. No ID comes twice.
+func TestCacheDirectLeasesWhileATicketServerHangs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hedge   time.Duration // CacheConfig.HedgeDelay; 0: derived, negative: never
+		longest func(time.Duration) error
+	}{
+		{"failover alone", -1, func(d time.Duration) error {
+			if d < time.Second {
+				return fmt.Errorf("the longest wait was %s: failover alone should have made one wait about 2s", d)
+			}
+			return nil
+		}},
+		{"hedged", 0, func(d time.Duration) error {
+			if d > 200*time.Millisecond {
+				return fmt.Errorf("a request waited %s, want at most 200ms", d)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := allocator.Namespace{Name: "direct", BlockSize: 10, MaxBlockSize: 2000}
+			p, hang := proxiedPair(t, ns)
+			c := newSegmentCache(CacheConfig{MinSegment: 2000, MaxSegment: 2000, HedgeDelay: tc.hedge}, p, NewMetrics(), quiet, time.Now)
+			t.Cleanup(c.close)
+			var (
+				mu      sync.Mutex
+				longest time.Duration
+				blocks  []allocator.Block
+				measure = make(chan struct{})
+				stop    = make(chan struct{})
+				wg      sync.WaitGroup
+				errs    = make(chan error, 2)
+			)
+			for range 2 {
+				wg.Go(func() {
+					var mine time.Duration
+					var got []allocator.Block
+					defer func() {
+						mu.Lock()
+						longest = max(longest, mine)
+						blocks = append(blocks, got...)
+						mu.Unlock()
+					}()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						begin := time.Now()
+						blk, cached, err := c.lease(context.Background(), "direct", 1000, "")
+						if err != nil {
+							errs <- err
+							return
+						}
+						if cached {
+							errs <- fmt.Errorf("a block of 1000 came from a segment of at most 2000")
+							return
+						}
+						got = append(got, blk)
+						select {
+						case <-measure:
+							mine = max(mine, time.Since(begin))
+						default:
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				})
+			}
+			time.Sleep(time.Second) // warm-up
+			close(measure)
+			time.Sleep(300 * time.Millisecond)
+			hang(0)
+			time.Sleep(3 * time.Second)
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			seen := map[int64]bool{}
+			for _, blk := range blocks {
+				for i := range blk.Size {
+					id, _ := blk.ID(i)
+					if seen[id] {
+						t.Fatalf("ID %d twice", id)
+					}
+					seen[id] = true
+				}
+			}
+			sent, won := c.space("direct").hedges()
+			t.Logf("longest wait after the warm-up: %s; %d blocks, %d hedges sent, %d won", longest, len(blocks), sent, won)
+			if err := tc.longest(longest); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestCacheHedgesAroundAHungServer: on the fake pair, segment leases that prefer server a stop being
 // answered. Each is hedged to b after the hedge delay, so no request waits for a (the fetch timeout is
 // 30 s); when a answers at last, its segments are served after the others, and no ID comes twice.
