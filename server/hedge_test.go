@@ -66,6 +66,97 @@ func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Store, hang fun
 	}
 }
 
+// hangCase is one run of a hang test: the cache's HedgeDelay (0: derived, negative: never) and the
+// check of the longest wait after the warm-up.
+type hangCase struct {
+	name    string
+	hedge   time.Duration
+	longest func(time.Duration) error
+}
+
+// hangCases: failing over alone, one request waits about the pair's attempt timeout (2 s); hedged
+// after hedge, none waits more than 200 ms.
+func hangCases(hedge time.Duration) []hangCase {
+	return []hangCase{
+		{"failover alone", -1, func(d time.Duration) error {
+			if d < time.Second {
+				return fmt.Errorf("the longest wait was %s: failover alone should have made one wait about 2s", d)
+			}
+			return nil
+		}},
+		{"hedged", hedge, func(d time.Duration) error {
+			if d > 200*time.Millisecond {
+				return fmt.Errorf("a request waited %s, want at most 200ms", d)
+			}
+			return nil
+		}},
+	}
+}
+
+// drawWhileAHangs leases blocks of size IDs from the cache in workers goroutines, pause apart: a
+// second of warm-up, 300 ms more, then server a stops answering for 3 s. check, when set, vets where
+// each block came from. It returns the longest wait after the warm-up and the blocks drawn.
+func drawWhileAHangs(t *testing.T, c *segmentCache, hang func(int), name string, size int64, workers int,
+	pause time.Duration, check func(cached bool) error) (time.Duration, []allocator.Block) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		longest time.Duration
+		blocks  []allocator.Block
+		measure = make(chan struct{})
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+		errs    = make(chan error, workers)
+	)
+	for range workers {
+		wg.Go(func() {
+			var mine time.Duration
+			var got []allocator.Block
+			defer func() {
+				mu.Lock()
+				longest = max(longest, mine)
+				blocks = append(blocks, got...)
+				mu.Unlock()
+			}()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				begin := time.Now()
+				blk, cached, err := c.lease(context.Background(), name, size, "")
+				if err == nil && check != nil {
+					err = check(cached)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				got = append(got, blk)
+				select {
+				case <-measure:
+					mine = max(mine, time.Since(begin))
+				default:
+				}
+				time.Sleep(pause)
+			}
+		})
+	}
+	time.Sleep(time.Second) // warm-up
+	close(measure)
+	time.Sleep(300 * time.Millisecond)
+	hang(0)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return longest, blocks
+}
+
 // TestCacheWhileATicketServerHangs: requests lease small blocks from a ticketd's segment cache at a
 // steady rate; its segments last 50 ms, so the cache fetches one about every 50 ms from the pair, from
 // the two servers in turn. Mid-run server a stops answering (connections accepted, nothing replied).
@@ -75,76 +166,14 @@ func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Store, hang fun
 // requests wait with it. Hedged, a fetch not answered within the hedge delay sends a second lease to
 // the other server, and no request waits more than 200 ms.
 func TestCacheWhileATicketServerHangs(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		hedge   time.Duration // CacheConfig.HedgeDelay; 0: derived, negative: never
-		longest func(time.Duration) error
-	}{
-		{"failover alone", -1, func(d time.Duration) error {
-			if d < time.Second {
-				return fmt.Errorf("the longest wait was %s: failover alone should have made one wait about 2s", d)
-			}
-			return nil
-		}},
-		{"hedged", 0, func(d time.Duration) error {
-			if d > 200*time.Millisecond {
-				return fmt.Errorf("a request waited %s, want at most 200ms", d)
-			}
-			return nil
-		}},
-	} {
+	for _, tc := range hangCases(0) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := allocator.Namespace{Name: "hang", BlockSize: 10, MaxBlockSize: 2000}
 			p, hang := proxiedPair(t, ns)
 			c := newSegmentCache(CacheConfig{MinSegment: 2000, MaxSegment: 2000, HedgeDelay: tc.hedge}, p, NewMetrics(), quiet, time.Now)
 			t.Cleanup(c.close)
-			var (
-				mu       sync.Mutex
-				longest  time.Duration
-				measure  = make(chan struct{})
-				stop     = make(chan struct{})
-				wg       sync.WaitGroup
-				failures = make(chan error, 4)
-			)
-			for range 4 { // 4 × 10 IDs a millisecond: a segment of 2000 lasts 50 ms
-				wg.Go(func() {
-					var mine time.Duration
-					defer func() {
-						mu.Lock()
-						longest = max(longest, mine)
-						mu.Unlock()
-					}()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						begin := time.Now()
-						if _, _, err := c.lease(context.Background(), "hang", 10, ""); err != nil {
-							failures <- err
-							return
-						}
-						select {
-						case <-measure:
-							mine = max(mine, time.Since(begin))
-						default:
-						}
-						time.Sleep(time.Millisecond)
-					}
-				})
-			}
-			time.Sleep(time.Second) // warm-up
-			close(measure)
-			time.Sleep(300 * time.Millisecond)
-			hang(0)
-			time.Sleep(3 * time.Second)
-			close(stop)
-			wg.Wait()
-			close(failures)
-			for err := range failures {
-				t.Fatal(err)
-			}
+			// 4 × 10 IDs a millisecond: a segment of 2000 lasts 50 ms.
+			longest, _ := drawWhileAHangs(t, c, hang, "hang", 10, 4, time.Millisecond, nil)
 			sent, won := c.space("hang").hedges()
 			t.Logf("longest wait after the warm-up: %s; %d hedges sent, %d won", longest, sent, won)
 			if err := tc.longest(longest); err != nil {
@@ -160,85 +189,18 @@ func TestCacheWhileATicketServerHangs(t *testing.T) {
 // hedge delay (20 ms here: the derived delay has tests of its own) sends a second lease to b, and no
 // request waits more than 200 ms. No ID comes twice.
 func TestCacheDirectLeasesWhileATicketServerHangs(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		hedge   time.Duration // CacheConfig.HedgeDelay; 0: derived, negative: never
-		longest func(time.Duration) error
-	}{
-		{"failover alone", -1, func(d time.Duration) error {
-			if d < time.Second {
-				return fmt.Errorf("the longest wait was %s: failover alone should have made one wait about 2s", d)
-			}
-			return nil
-		}},
-		{"hedged", 20 * time.Millisecond, func(d time.Duration) error {
-			if d > 200*time.Millisecond {
-				return fmt.Errorf("a request waited %s, want at most 200ms", d)
-			}
-			return nil
-		}},
-	} {
+	for _, tc := range hangCases(20 * time.Millisecond) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := allocator.Namespace{Name: "direct", BlockSize: 10, MaxBlockSize: 2000}
 			p, hang := proxiedPair(t, ns)
 			c := newSegmentCache(CacheConfig{MinSegment: 2000, MaxSegment: 2000, HedgeDelay: tc.hedge}, p, NewMetrics(), quiet, time.Now)
 			t.Cleanup(c.close)
-			var (
-				mu      sync.Mutex
-				longest time.Duration
-				blocks  []allocator.Block
-				measure = make(chan struct{})
-				stop    = make(chan struct{})
-				wg      sync.WaitGroup
-				errs    = make(chan error, 2)
-			)
-			for range 2 {
-				wg.Go(func() {
-					var mine time.Duration
-					var got []allocator.Block
-					defer func() {
-						mu.Lock()
-						longest = max(longest, mine)
-						blocks = append(blocks, got...)
-						mu.Unlock()
-					}()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						begin := time.Now()
-						blk, cached, err := c.lease(context.Background(), "direct", 1000, "")
-						if err != nil {
-							errs <- err
-							return
-						}
-						if cached {
-							errs <- fmt.Errorf("a block of 1000 came from a segment of at most 2000")
-							return
-						}
-						got = append(got, blk)
-						select {
-						case <-measure:
-							mine = max(mine, time.Since(begin))
-						default:
-						}
-						time.Sleep(5 * time.Millisecond)
-					}
-				})
-			}
-			time.Sleep(time.Second) // warm-up
-			close(measure)
-			time.Sleep(300 * time.Millisecond)
-			hang(0)
-			time.Sleep(3 * time.Second)
-			close(stop)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			longest, blocks := drawWhileAHangs(t, c, hang, "direct", 1000, 2, 5*time.Millisecond, func(cached bool) error {
+				if cached {
+					return fmt.Errorf("a block of 1000 came from a segment of at most 2000")
+				}
+				return nil
+			})
 			seen := map[int64]bool{}
 			for _, blk := range blocks {
 				for i := range blk.Size {
