@@ -584,10 +584,12 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 	if call.stopHedge != nil {
 		call.stopHedge()
 	}
-	if call.segment && (err != nil && !errors.Is(err, allocator.ErrNotFound) || seg != nil && call.prefer != "" && seg.blk.Server != call.prefer) {
-		// A failed lease, or one that failed over from the server it asked first: the answers of the
-		// leases begun soon after say nothing of the usual latency (see hedge.Recovery).
-		sp.answers.Fail(c.now())
+	if call.segment {
+		var blk allocator.Block
+		if seg != nil {
+			blk = seg.blk
+		}
+		sp.noteOutcomeLocked(call.prefer, blk, err)
 	}
 	// A hedged pair fails only when both do: while the other lease brought a segment, or still may, a
 	// failure is no fault of the namespace's, and its waiters look again.
@@ -672,6 +674,15 @@ func (sp *space) armHedgeLocked(call *fetchCall, reqID string) {
 		sp.hedgesSent++
 		c.metrics.observeHedge(sp.name, false)
 	}).Stop
+}
+
+// noteOutcomeLocked marks a failure for the hedge delay when a lease failed, or failed over from the
+// server it asked first (asked; empty when it named none): the answers of the leases begun soon after
+// say nothing of the usual latency (see hedge.Recovery). A namespace not found is no failure.
+func (sp *space) noteOutcomeLocked(asked string, blk allocator.Block, err error) {
+	if err != nil && !errors.Is(err, allocator.ErrNotFound) || err == nil && asked != "" && blk.Server != asked {
+		sp.answers.Fail(sp.c.now())
+	}
 }
 
 // hedges returns how many hedges were sent, and how many of them landed first.

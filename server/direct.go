@@ -47,11 +47,8 @@ func (c *segmentCache) leaseDirect(ctx context.Context, sp *space, size int64) (
 		select {
 		case a := <-answers:
 			open--
-			failedOver := a.err == nil && a.blk.Server != a.ask
 			sp.mu.Lock()
-			if a.err != nil || failedOver {
-				sp.answers.Fail(c.now()) // see hedge.Recovery
-			}
+			sp.noteOutcomeLocked(a.ask, a.blk, a.err)
 			if a.err == nil {
 				sp.lastDirect = a.blk.Server
 				sp.answers.Observe(a.start, a.took)
