@@ -139,6 +139,9 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 	for i, ns := range names {
 		cmds[i] = pipe.Get(ctx, s.keys.counter(ns))
 	}
+	// Read in the same round trip as the counters, so that an instance wiped between two reads is not
+	// reported as one that merely lost a namespace.
+	ident := pipe.HGet(ctx, s.keys.identity(), "id")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
 		return fmt.Errorf("%s: %w", in.Name(), err)
 	}
@@ -158,6 +161,10 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 	if len(fenced) == 0 {
 		in.fence.Clear()
 		return nil
+	}
+	if id, err := ident.Result(); errors.Is(err, goredis.Nil) || (err == nil && id == "") {
+		// The counters went back together with the identity: the data was lost, not one namespace.
+		return s.fenceLost(in, "its identity is gone: its data was wiped, or another Redis answers at its address")
 	}
 	return s.fence(in, fenced, details)
 }

@@ -175,6 +175,33 @@ func TestRestartedEmptyOrFromAnOldFile(t *testing.T) {
 	}
 }
 
+// TestGuardReportsAWipedInstanceAsLost: Y's keys are wiped while a process that leased from Y runs, and
+// the guard, not a lease, is the first to look. Its counters and its identity are gone together, so
+// the fence says Y lost its data, not that one namespace went missing.
+func TestGuardReportsAWipedInstanceAsLost(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.WatermarkInterval = time.Hour // only the direct call below runs the guard
+	s := openStore(t, f.cfg)
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	nameY := f.Name(1)
+	for range 3 {
+		if _, err := s.LeaseFrom(ctx, "orders", 100, nameY); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rawClient(t, nameY).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.guard()
+	h := allocatortest.FencedHealth(t, s, nameY)
+	if !strings.Contains(h.Error, "lost its data") {
+		t.Fatalf("Y was wiped but health says %q", h.Error)
+	}
+}
+
 // TestPersistenceSwitchedOffWhileServing: appendfsync set to everysec on Y while it serves takes Y out
 // of rotation within a water-mark interval, with the reason; set back, Y serves again.
 func TestPersistenceSwitchedOffWhileServing(t *testing.T) {
