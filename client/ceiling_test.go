@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/embedded"
+	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/server"
 )
 
@@ -20,14 +20,7 @@ import (
 // no ID is above max_id and none came twice. The settings read carries max_id.
 func TestExhaustedAtTheCeiling(t *testing.T) {
 	const maxID = 50_000
-	store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	if _, err := store.CreateNamespace(context.Background(), allocator.Namespace{Name: "small", BlockSize: 100, MaxID: maxID}); err != nil {
-		t.Fatal(err)
-	}
+	store := testenv.Embedded(t, allocator.Namespace{Name: "small", BlockSize: 100, MaxID: maxID})
 	var urls []string
 	for range 2 {
 		srv, err := server.New(server.Config{Backend: store, Auth: server.Auth{Disabled: true},

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
-	"github.com/ticketd/ticketd/allocator/embedded"
+	"github.com/ticketd/ticketd/internal/testenv"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -489,15 +489,8 @@ func TestCacheKeepsServingWhenAFetchFails(t *testing.T) {
 
 // TestCacheOnTheEmbeddedStore runs concurrent leases through the cache on the real embedded store.
 func TestCacheOnTheEmbeddedStore(t *testing.T) {
-	store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testenv.Embedded(t, allocator.Namespace{Name: "orders", BlockSize: 5})
 	ctx := context.Background()
-	if _, err := store.CreateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 5}); err != nil {
-		t.Fatal(err)
-	}
 	c := newSegmentCache(CacheConfig{MinSegment: 500}, store, NewMetrics(), quiet, time.Now)
 	defer c.close()
 	var mu sync.Mutex

@@ -9,8 +9,8 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
-	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/testenv"
 )
 
 // TestCeilingThroughTheAPI: max_id set by PUT (a string, or a JSON number below 2^53), leases from 16
@@ -18,11 +18,7 @@ import (
 // the headroom in the namespace, the metrics and the status page; a lower max_id refused naming the
 // highest ID issued.
 func TestCeilingThroughTheAPI(t *testing.T) {
-	store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := testenv.Embedded(t)
 	s := newTestServer(t, func(c *Config) { c.Backend = store })
 
 	w := s.do(t, request{method: "PUT", path: "/v1/namespaces/small", token: adminTok, body: `{"block_size":10,"max_id":"1000"}`})

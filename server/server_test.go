@@ -18,8 +18,8 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
-	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -385,17 +385,8 @@ func waitIdle(t *testing.T, s *Server) {
 func TestBadRequestsChangeNoStoredCounter(t *testing.T) {
 	for _, cacheOff := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cache-off=%v", cacheOff), func(t *testing.T) {
-			store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = store.Close() })
+			store := testenv.Embedded(t, allocator.Namespace{Name: "orders", BlockSize: 100, MaxBlockSize: 1000}, allocator.Namespace{Name: "links"})
 			ctx := context.Background()
-			for _, ns := range []allocator.Namespace{{Name: "orders", BlockSize: 100, MaxBlockSize: 1000}, {Name: "links"}} {
-				if _, err := store.CreateNamespace(ctx, ns); err != nil {
-					t.Fatal(err)
-				}
-			}
 			s := newTestServer(t, func(c *Config) { c.Backend, c.Cache.Disabled, c.CreateOnLease = store, cacheOff, true })
 			snapshot := func() string {
 				list, err := store.Namespaces(ctx)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/embedded"
+	"github.com/ticketd/ticketd/internal/testenv"
 )
 
 // settingsCounter counts how a cache reads namespace settings from the backend it wraps.
@@ -31,15 +31,8 @@ func (s *settingsCounter) Settings(ctx context.Context, name string) (allocator.
 // TestCacheReadsOnlySettings: a backend that reads settings apart from its counters
 // (allocator.SettingsReader) is asked only for the settings, at the first lease and at each refresh.
 func TestCacheReadsOnlySettings(t *testing.T) {
-	store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testenv.Embedded(t, allocator.Namespace{Name: "orders", BlockSize: 5})
 	ctx := context.Background()
-	if _, err := store.CreateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 5}); err != nil {
-		t.Fatal(err)
-	}
 	b := &settingsCounter{Backend: store}
 	var now atomic.Int64
 	now.Store(time.Unix(1000, 0).UnixNano())

@@ -1,8 +1,8 @@
 // Package testenv gives tests the real servers that scripts/test.sh started (a MariaDB ticket pair and
 // a Redis), each test in its own database or key prefix, starts private servers for tests that kill
-// them, and runs the ticketd command as a process (StartServe). Under CI=true, or when the harness
-// exported TICKETD_TEST_REQUIRE=1, a missing server fails the test; otherwise the test is skipped with
-// a message that says how to run it.
+// them, opens embedded stores (Embedded), and runs the ticketd command as a process (StartServe).
+// Under CI=true, or when the harness exported TICKETD_TEST_REQUIRE=1, a missing server fails the test;
+// otherwise the test is skipped with a message that says how to run it.
 package testenv
 
 import (
@@ -19,6 +19,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/internal/testservers"
 )
 
@@ -274,3 +276,20 @@ func PrivateRedis(t testing.TB, opts testservers.RedisOptions) *testservers.Redi
 
 // DSNList joins DSNs the way --mysql takes them.
 func DSNList(dsns []string) string { return strings.Join(dsns, ",") }
+
+// Embedded opens an embedded store in a directory of the test's own, closed when the test ends, with
+// the namespaces given already created.
+func Embedded(t testing.TB, namespaces ...allocator.Namespace) *embedded.Store {
+	t.Helper()
+	store, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	for _, ns := range namespaces {
+		if _, err := store.CreateNamespace(context.Background(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return store
+}

@@ -17,7 +17,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/internal/testenv"
@@ -61,16 +60,11 @@ func newFixture(t testing.TB, edit func(*Config)) *fixture {
 // linksClient returns an SDK client on a fresh embedded store, with namespace links when create is set.
 func linksClient(t testing.TB, create bool) *client.Client {
 	t.Helper()
-	st, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	var namespaces []allocator.Namespace
 	if create {
-		if _, err := st.CreateNamespace(context.Background(), allocator.Namespace{Name: "links", BlockSize: 100}); err != nil {
-			t.Fatal(err)
-		}
+		namespaces = append(namespaces, allocator.Namespace{Name: "links", BlockSize: 100})
 	}
+	st := testenv.Embedded(t, namespaces...)
 	c, err := client.New(client.FromBackend(st), "links", client.WithMaxWait(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -476,14 +470,7 @@ func TestCodesExhausted(t *testing.T) {
 		"the last ID of 4 characters": {62*62*62*62 - 1, 4, 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			st, err := embedded.Open(embedded.Config{Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			if _, err := st.CreateNamespace(context.Background(), allocator.Namespace{Name: "links", BlockSize: 100, Start: tc.start}); err != nil {
-				t.Fatal(err)
-			}
+			st := testenv.Embedded(t, allocator.Namespace{Name: "links", BlockSize: 100, Start: tc.start})
 			ids, err := client.New(client.FromBackend(st), "links", client.WithMaxWait(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
