@@ -22,6 +22,15 @@ func TestShortChaosRun(t *testing.T) {
 	var logs allocatortest.LogBuffer
 	sum, err := chaos.Run(context.Background(), chaos.Config{Dir: testenv.ShortTempDir(t), Duration: 45 * time.Second,
 		Clients: 16, MinIDs: 30_000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() {
+		if t.Failed() { // what the servers and the faults did, to find why
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if !strings.Contains(line, "chaos: drawing") {
+					t.Log(line)
+				}
+			}
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,16 +227,16 @@ func (w *world) startAdvance(i int) fault {
 			if rep == nil {
 				return errors.New("replica 1 is not running")
 			}
-			ns, err := rep.backend.Namespace(ctx, Namespace)
+			// The other server may be out of rotation for a moment in replica 1 (a connection the
+			// previous fault broke, found by a lease), and then nothing answers: the change is made
+			// again, as an operator would, until healthyWithin has passed.
+			var ns allocator.Namespace
+			var err error
+			waitUntil(healthyWithin, func() bool {
+				ns, err = w.advanceStart(ctx, rep.backend)
+				return err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, allocator.ErrUnavailable)
+			})
 			if err != nil {
-				return err
-			}
-			high := w.rec.highest()
-			for _, s := range ns.Servers {
-				high = max(high, s.Next)
-			}
-			ns.Start, ns.Servers = high+startAdvanceBy, nil
-			if _, err := rep.backend.UpdateNamespace(ctx, ns); err != nil {
 				return err
 			}
 			epoch := w.rec.epoch.Add(1)
@@ -255,6 +255,22 @@ func (w *world) startAdvance(i int) fault {
 			}
 			return w.exercise(ctx, i)
 		}}
+}
+
+// advanceStart moves the namespace's start startAdvanceBy above every counter and every ID drawn, and
+// returns the namespace as changed.
+func (w *world) advanceStart(ctx context.Context, b allocator.Backend) (allocator.Namespace, error) {
+	ns, err := b.Namespace(ctx, Namespace)
+	if err != nil {
+		return ns, err
+	}
+	high := w.rec.highest()
+	for _, s := range ns.Servers {
+		high = max(high, s.Next)
+	}
+	ns.Start, ns.Servers = high+startAdvanceBy, nil
+	_, err = b.UpdateNamespace(ctx, ns)
+	return ns, err
 }
 
 // exercise leases through replica 1, preferring server i, until a block comes from i: a fault whose
