@@ -100,8 +100,11 @@ func (c Config) validate() error {
 
 // Figures are what a run found and measured, for one backend or added up over all.
 type Figures struct {
-	IDs              int64 `json:"ids"`
-	Duplicates       int64 `json:"duplicates"`
+	IDs        int64 `json:"ids"`
+	Duplicates int64 `json:"duplicates"`
+	// ReissuedIDs counts IDs that lie in two blocks the ticket servers issued, drawn or not: a block
+	// leased twice is a duplicate even when the run drew only one of its copies.
+	ReissuedIDs      int64 `json:"reissued_ids"`
 	ParityViolations int64 `json:"parity_violations"`
 	// StartViolations counts blocks that started below a namespace's start although their lease began
 	// after the start was advanced.
@@ -134,6 +137,7 @@ type Figures struct {
 func (f *Figures) add(o Figures) {
 	f.IDs += o.IDs
 	f.Duplicates += o.Duplicates
+	f.ReissuedIDs += o.ReissuedIDs
 	f.ParityViolations += o.ParityViolations
 	f.StartViolations += o.StartViolations
 	if o.LongestStallMS > f.LongestStallMS || f.LongestStallMS == 0 && f.LongestStallDuring == "" {
@@ -233,6 +237,9 @@ func (s Summary) OK(minIDs int64) error {
 	var errs []error
 	if s.Duplicates != 0 {
 		errs = append(errs, fmt.Errorf("%d duplicate IDs", s.Duplicates))
+	}
+	if s.ReissuedIDs != 0 {
+		errs = append(errs, fmt.Errorf("%d IDs issued in two blocks", s.ReissuedIDs))
 	}
 	if s.ParityViolations != 0 {
 		errs = append(errs, fmt.Errorf("%d IDs outside the parity of the server that issued them", s.ParityViolations))

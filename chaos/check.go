@@ -74,6 +74,7 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	f.Blocks = int64(len(blocks))
 	f.FailedAttempts, f.Failovers = w.attempts.failed.Load(), w.attempts.failovers.Load()
 	f.ParityViolations = w.layout.parityViolations(blocks, w.indexOf) + w.layout.outsideBlocks(all, blocks)
+	f.ReissuedIDs = w.layout.reissued(blocks)
 	for _, a := range advances {
 		c := a.check(rec, w.indexOf)
 		f.StartViolations += c.violations
@@ -168,6 +169,30 @@ func (l layout) outsideBlocks(sorted []int64, blocks []allocator.Block) int64 {
 			if j == len(bs) || !bs[j].Contains(id) {
 				n++
 			}
+		}
+	}
+	return n
+}
+
+// reissued counts the IDs that lie in more than one block: walks each residue's blocks in order of
+// their start, against the highest ID issued before.
+func (l layout) reissued(blocks []allocator.Block) int64 {
+	var n int64
+	for parity := range l.step {
+		var bs []allocator.Block
+		for _, b := range blocks {
+			if b.Start%l.step == parity && b.Step == l.step && b.Size > 0 {
+				bs = append(bs, b)
+			}
+		}
+		slices.SortFunc(bs, func(x, y allocator.Block) int { return compare(x.Start, y.Start) })
+		var high int64 = -1 // the highest ID of the blocks so far; -1 before the first
+		for _, b := range bs {
+			last := lastOf(b)
+			if high >= b.Start {
+				n += (min(high, last)-b.Start)/l.step + 1
+			}
+			high = max(high, last)
 		}
 	}
 	return n

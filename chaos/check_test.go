@@ -65,6 +65,7 @@ func TestSummaryFails(t *testing.T) {
 		want   string
 	}{
 		{"duplicate", func(s *Summary) { s.Duplicates = 1 }, "1 duplicate"},
+		{"block issued twice", func(s *Summary) { s.ReissuedIDs = 3 }, "3 IDs issued in two blocks"},
 		{"parity", func(s *Summary) { s.ParityViolations = 2 }, "parity"},
 		{"start", func(s *Summary) { s.StartViolations = 1 }, "below the namespace's start"},
 		{"one backend short", func(s *Summary) { s.Backends[1].IDs = 9 }, "redis: only 9 IDs"},
@@ -99,7 +100,7 @@ func TestSummaryJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"ids", "duplicates", "parity_violations", "start_violations", "served_while_degraded", "longest_stall_ms", "longest_outage_stall_ms",
+	for _, k := range []string{"ids", "duplicates", "reissued_ids", "parity_violations", "start_violations", "served_while_degraded", "longest_stall_ms", "longest_outage_stall_ms",
 		"blocks", "next_errors", "lost_in_flight_ids", "failed_attempts", "failovers", "faults", "backends", "duration_s"} {
 		if _, ok := got[k]; !ok {
 			t.Errorf("no %q in %s", k, b)
@@ -145,6 +146,29 @@ func TestOutsideBlocks(t *testing.T) {
 	ids := []int64{1, 2, 3, 4, 5, 6, 7, 10, 12}
 	if got := pairLayout.outsideBlocks(ids, blocks); got != 3 { // 6, 7, 12
 		t.Fatalf("IDs outside every block: %d, want 3", got)
+	}
+}
+
+// TestReissued: an ID in two blocks of its residue counts once per extra block, drawn or not; blocks
+// that only touch, or share no residue, count nothing.
+func TestReissued(t *testing.T) {
+	cases := []struct {
+		name   string
+		blocks []allocator.Block
+		want   int64
+	}{
+		{"disjoint", []allocator.Block{blk("a", 1, 3), blk("a", 7, 2), blk("b", 2, 5)}, 0}, // 1 3 5 | 7 9 | 2…10
+		{"overlap", []allocator.Block{blk("a", 1, 5), blk("a", 7, 4)}, 2},                  // 1…9 | 7…13: 7, 9
+		{"the same block twice", []allocator.Block{blk("b", 20, 10), blk("b", 20, 10)}, 10},
+		{"inside a larger one", []allocator.Block{blk("a", 1, 100), blk("a", 51, 3), blk("a", 101, 10)}, 3 + 10},
+		{"empty blocks", []allocator.Block{blk("a", 1, 3), blk("a", 3, 0)}, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := pairLayout.reissued(c.blocks); got != c.want {
+				t.Fatalf("reissued %d, want %d", got, c.want)
+			}
+		})
 	}
 }
 
