@@ -27,6 +27,9 @@ type Fleet interface {
 	// Wipe deletes server i's ticketd data while it runs, as a server rebuilt empty would come back
 	// (with the schema applied again, where the backend has one).
 	Wipe(ctx context.Context, i int) error
+	// ColdCopy stops server i, copies its data files and starts it again; the returned putBack puts
+	// the copy in place of the files of server i, which must be stopped: a physical backup restored.
+	ColdCopy(ctx context.Context, i int) (putBack func() error, err error)
 }
 
 // preferring is a backend that can be asked to lease from one server first.
@@ -35,9 +38,9 @@ type preferring interface {
 }
 
 // RunOperatorFaults runs the suite of operator actions that would make a ticket server issue an ID
-// twice if it went unnoticed: a dump reloaded into a live server, a server that lost its data, and a
+// twice if it went unnoticed: a dump reloaded into a live server, a server that lost its data, a
 // namespace's start advanced while a server was down (also while the server holding the change is
-// down when the other returns). Each case gets a fresh fleet from newFleet. The backend must
+// down when the other returns), and a server restored from a copy taken before a start advance. Each case gets a fresh fleet from newFleet. The backend must
 // implement LeaseFrom, allocator.HealthReporter and allocator.Repairer.
 func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("DumpReloadedIntoLiveServer", func(t *testing.T) {
@@ -55,6 +58,9 @@ func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	})
 	t.Run("StartAdvancedWhileServerDownAndHolderDownAtReturn", func(t *testing.T) {
 		runStartAdvanced(t, newFleet(t), true)
+	})
+	t.Run("RestoredFromACopyOlderThanAStartAdvance", func(t *testing.T) {
+		runRestoredAcrossStartAdvance(t, newFleet(t))
 	})
 	t.Run("CeilingRaisedWhileServerDown", func(t *testing.T) {
 		runCeilingRaised(t, newFleet(t), false)
@@ -316,6 +322,98 @@ func runStartAdvanced(t *testing.T, f Fleet, holderDown bool) {
 	for _, st := range ns.Servers {
 		if st.Healthy && st.Next < start {
 			t.Fatalf("%s's counter %d is below the start %d", st.Server, st.Next, start)
+		}
+	}
+	r.disjoint()
+}
+
+// runRestoredAcrossStartAdvance: server A is restored from a physical copy taken before the namespace's
+// start was advanced, after A issued IDs from the new start; B, which would hold A's water marks, is
+// down from before the change to the end, so only the processes know how far A went. p2 leased from A
+// after the copy and read the new settings, but took nothing from A since the change. When A comes
+// back, p2 checks it again: A's counter is below what p2 saw there, so p2 must fence A — not first
+// bring A's counter up to the new start, which would hide the restore and issue again the IDs A issued
+// from there. p1 fences it too; a repair then makes A serve above everything it issued.
+func runRestoredAcrossStartAdvance(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p1 := r.open(f)
+	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, a, 2)
+	r.leaseFrom(p1, b, 2)
+	putBack, err := f.ColdCopy(r.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := r.open(f)
+	r.untilFrom(p2, a) // p2's view of A is now above the copy
+	r.untilFrom(p1, a)
+	if err := f.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	const start = 1_000_000_000
+	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, Start: start}); err != nil {
+		t.Fatal(err)
+	}
+	if ns, err := p2.Namespace(r.ctx, "orders"); err != nil || ns.Start != start {
+		t.Fatalf("p2 reading the settings: %+v, %v; want start %d", ns, err, start)
+	}
+	for range 3 {
+		if blk := r.untilFrom(p1, a); blk.Start < start {
+			t.Fatalf("%s leased %v after the start was advanced to %d", a, blk, start)
+		}
+	}
+	highestA := Highest(r.blocks, a)
+
+	if err := f.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing answers now: both processes take A out of rotation at their next lease.
+	for i, p := range []allocator.Backend{p1, p2} {
+		if blk, err := p.(preferring).LeaseFrom(r.ctx, "orders", 0, a); err == nil {
+			t.Fatalf("process %d leased %v with both servers stopped", i+1, blk)
+		}
+	}
+	if err := putBack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(r.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []allocator.Backend{p2, p1} {
+		deadline := time.Now().Add(20 * time.Second)
+		for fenced := false; !fenced; {
+			blk, err := p.(preferring).LeaseFrom(r.ctx, "orders", 0, a)
+			if err == nil {
+				r.blocks = append(r.blocks, blk)
+				t.Fatalf("process %d leased %v from %s, restored from a copy older than the IDs it issued up to %d", 2-i, blk, a, highestA)
+			}
+			for _, h := range p.(allocator.HealthReporter).Health() {
+				fenced = fenced || h.Name == a && h.Fenced
+			}
+			if !fenced && time.Now().After(deadline) {
+				t.Fatalf("process %d: %s not fenced after its restore; last lease: %v", 2-i, a, err)
+			}
+			if !fenced {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		FencedHealth(t, p, a)
+	}
+	r.disjoint()
+
+	res, err := p1.(allocator.Repairer).Repair(r.ctx, "orders", a, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Fenced || res.After <= highestA {
+		t.Fatalf("repair %+v; %s had issued up to %d", res, a, highestA)
+	}
+	for _, p := range []allocator.Backend{p1, p2} {
+		if blk := r.untilFrom(p, a); blk.Start <= highestA {
+			t.Fatalf("after the repair %s leased %v, not above %d", a, blk, highestA)
 		}
 	}
 	r.disjoint()

@@ -39,6 +39,11 @@ const lastLeaseSQL = `UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(?)
 	WHERE name = ? AND step = ? AND id_offset = ? AND next_id = ? AND next_id >= ? AND max_id = ?
 	AND ? <= max_block_size`
 
+// fenceBelow fences the server for a namespace whose counter, read as next, is below its floor.
+func (s *server) fenceBelow(ns string, next int64, floor failover.Mark) error {
+	return s.pair.fence(s, []string{ns}, []string{fmt.Sprintf("namespace %q counter %d is below %d seen by %s", ns, next, floor.Value, floor.Holder)})
+}
+
 // ceilingHit says that a lease does not fit below the namespace's ceiling on a server: row is what
 // whyNoLease read there.
 type ceilingHit struct{ row rowSettings }
@@ -164,7 +169,7 @@ func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Nam
 		return fmt.Errorf("%w: namespace %q on %s now has step %d offset %d, not the step %d offset %d it was checked with; it was changed outside ticketd",
 			allocator.ErrMisconfigured, ns.Name, s.Name(), r.step, r.offset, v.increment, v.offset)
 	case r.next < floor.Value:
-		return s.pair.fence(s, []string{ns.Name}, []string{fmt.Sprintf("namespace %q counter %d is below %d seen by %s", ns.Name, r.next, floor.Value, floor.Holder)})
+		return s.fenceBelow(ns.Name, r.next, floor)
 	case r.next%r.step != v.offset%v.increment:
 		return fmt.Errorf("%w: %s's counter for %q is %d, not ≡ offset %d (mod %d); the row was changed outside ticketd",
 			allocator.ErrMisconfigured, s.Name(), ns.Name, r.next, v.offset, v.increment)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -84,6 +85,31 @@ func (f *fleet) Wipe(ctx context.Context, i int) error {
 	testenv.Exec(f.t, f.pair[i].DSN(""), "DROP DATABASE ticketd", "CREATE DATABASE ticketd")
 	_, err := MigrateDSN(ctx, f.dsns[i])
 	return err
+}
+
+// ColdCopy stops server i cleanly, copies its data directory and starts it again; putBack replaces
+// the stopped server's data directory with the copy.
+func (f *fleet) ColdCopy(ctx context.Context, i int) (func() error, error) {
+	m := f.pair[i]
+	if err := m.Stop(); err != nil {
+		return nil, err
+	}
+	dst := filepath.Join(f.t.TempDir(), "data")
+	if out, err := exec.Command("cp", "-a", m.DataDir(), dst).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("cp: %w: %s", err, out)
+	}
+	return func() error {
+		if m.Alive() {
+			return fmt.Errorf("server %d must be stopped before its data directory is replaced", i)
+		}
+		if err := os.RemoveAll(m.DataDir()); err != nil {
+			return err
+		}
+		if out, err := exec.Command("cp", "-a", dst, m.DataDir()).CombinedOutput(); err != nil {
+			return fmt.Errorf("cp: %w: %s", err, out)
+		}
+		return nil
+	}, m.Start(ctx)
 }
 
 func TestOperatorFaults(t *testing.T) {

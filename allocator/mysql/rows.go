@@ -116,7 +116,9 @@ func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Names
 }
 
 // updateRow writes settings made at nowUS unless the row holds newer ones, and raises the namespace's
-// start and the counter to at least start (never lower). The row must be the one made for v. With
+// start and the counter to at least start (never lower). The row must be the one made for v, with a
+// counter at or above this process's floor for it (below it, the server went back in time and is
+// fenced, as a lease would find). With
 // lowered above 0 (a lower max_id) the row changes only if no ID above lowered was issued from it:
 // ErrInvalidSettings otherwise, checked in the statement that writes the ceiling.
 func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Namespace, start, nowUS, lowered int64) error {
@@ -128,6 +130,10 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		}
 		floor = f
 	}
+	// Like a lease, the change carries the proof that the server did not go back in time: raising the
+	// counter of a server restored from an old copy to the start would lift it over the floor that
+	// shows it went back, and over IDs it issued.
+	mark := s.marks.Get(ns.Name)
 	// Assignments run left to right: updated_us changes last, after the settings compared with it.
 	res, err := s.ctl.ExecContext(ctx, `UPDATE ticketd_namespaces SET
 		block_size = IF(? > updated_us, ?, block_size),
@@ -137,10 +143,10 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		start_id = GREATEST(start_id, ?),
 		next_id = GREATEST(next_id, ?),
 		updated_us = GREATEST(updated_us, ?)
-		WHERE name = ? AND step = ? AND id_offset = ? AND (? = 0 OR next_id - step <= ?)`,
+		WHERE name = ? AND step = ? AND id_offset = ? AND next_id >= ? AND (? = 0 OR next_id - step <= ?)`,
 		nowUS, ns.BlockSize, nowUS, ns.MaxBlockSize, nowUS, ns.LeaseTTL.Milliseconds(), nowUS, ns.WithDefaults().MaxID,
 		start, floor, nowUS,
-		ns.Name, v.increment, v.offset, lowered, lowered)
+		ns.Name, v.increment, v.offset, mark.Value, lowered, lowered)
 	if err != nil {
 		return err
 	}
@@ -155,6 +161,9 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		if r.step != v.increment || r.offset != v.offset {
 			return fmt.Errorf("%w: namespace %q on %s has step %d offset %d, not the step %d offset %d it was checked with",
 				allocator.ErrMisconfigured, ns.Name, s.Name(), r.step, r.offset, v.increment, v.offset)
+		}
+		if r.next < mark.Value {
+			return s.fenceBelow(ns.Name, r.next, mark)
 		}
 		if lowered > 0 {
 			if err := allocator.CheckLowering(ns.Name, lowered, r.next-r.step); err != nil {

@@ -218,8 +218,8 @@ func (s *server) admit(ctx context.Context) error {
 }
 
 // checkRows runs the checks that need the schema: it is as new as this ticketd's, every namespace row
-// was made for the settings v; rows of namespaces changed or created while the server was away catch
-// up; and no counter is below a water mark.
+// was made for the settings v, and no counter is below a water mark; then rows of namespaces changed or
+// created while the server was away catch up.
 func (s *server) checkRows(ctx context.Context, v serverVars) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*s.pair.cfg.AttemptTimeout)
 	defer cancel()
@@ -261,10 +261,13 @@ func (s *server) checkRows(ctx context.Context, v serverVars) error {
 			own = append(own, r)
 		}
 	}
-	if err := s.catchUp(ctx, v, own, marks); err != nil {
+	// The counters are compared with the marks before anything is written: catching up raises a
+	// counter to the namespace's start, which on a server restored from a copy older than a start
+	// advance would lift it over what it issued from that start, past the marks that show it went back.
+	if err := s.pair.checkFence(ctx, s, v, marks); err != nil {
 		return err
 	}
-	return s.pair.checkFence(ctx, s, v, marks)
+	return s.catchUp(ctx, v, own, marks)
 }
 
 // peerOffsets are the offsets the other servers of the set were last seen with.

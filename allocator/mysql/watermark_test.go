@@ -151,3 +151,48 @@ func TestRepairNamesTheServers(t *testing.T) {
 		t.Fatalf("Repair with a bad name: %v", err)
 	}
 }
+
+// TestSettingsChangeOnAServerThatWentBack: a server's counter goes back (as after a restore the
+// background check has not met yet) and the namespace's start is then advanced to inside the range it
+// had issued. The change carries the same proof as a lease: the server is fenced for it and its counter
+// left where the restore put it, not raised to the start over IDs it issued; the other server takes
+// the change.
+func TestSettingsChangeOnAServerThatWentBack(t *testing.T) {
+	dsns := testenv.Pair(t)
+	p := openStore(t, dsns, func(c *Config) { c.WatermarkInterval = time.Hour }) // no background check
+	ctx := context.Background()
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10}); err != nil {
+		t.Fatal(err)
+	}
+	a := p.set.All()[0]
+	var highest int64
+	for range 6 {
+		blk, err := p.LeaseFrom(ctx, "orders", 0, a.Name())
+		if err != nil || blk.Server != a.Name() {
+			t.Fatalf("lease from %s: %v, %v", a.Name(), blk, err)
+		}
+		highest, _ = blk.Last()
+	}
+	// Back by 40 IDs, as a restore would take it; then a start 20 IDs below the highest issued.
+	testenv.Exec(t, dsns[0], "UPDATE ticketd_namespaces SET next_id = next_id - 80 WHERE name = 'orders'")
+	back := readNext(t, a)
+	if _, err := p.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, Start: highest - 40}); err != nil {
+		t.Fatalf("the change, taken by the other server: %v", err)
+	}
+	if h := healthOf(p, a.Name()); !h.Fenced || !strings.Contains(h.Error, "is below") {
+		t.Fatalf("%s after the change: %+v; want it fenced", a.Name(), h)
+	}
+	if got := readNext(t, a); got != back {
+		t.Fatalf("%s's counter moved from %d to %d: the change raised a server that went back", a.Name(), back, got)
+	}
+}
+
+// readNext reads server s's counter for "orders".
+func readNext(t *testing.T, s *server) int64 {
+	t.Helper()
+	r, err := s.readRow(context.Background(), "orders", s.Health().Offset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.next
+}

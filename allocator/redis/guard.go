@@ -252,9 +252,14 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 		return res, fmt.Errorf("%w: %s is not fenced for namespace %q (its counter %d is at or above every water mark, the highest %d): there is nothing to repair. Check the instance name; to move the counter anyway, give --force",
 			allocator.ErrMisconfigured, in.Name(), namespace, res.Before, res.Watermark)
 	}
-	latest, err := s.set.Latest(ctx, namespace)
-	if err != nil {
-		return res, err
+	// The instance's own settings size the margin; a namespace it lacks is created with the newest
+	// settings the others, or this process, hold. (An instance restored while the others are down can
+	// be repaired from its own.)
+	latest, err := in.readRecord(ctx, namespace)
+	if missing || err != nil {
+		if latest, err = s.set.Latest(ctx, namespace); err != nil {
+			return res, err
+		}
 	}
 	if lost {
 		if _, err := in.adopt(ctx); err != nil {

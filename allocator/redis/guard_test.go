@@ -238,3 +238,53 @@ func TestPersistenceSwitchedOffWhileServing(t *testing.T) {
 	}
 	allocatortest.LeaseUntil(t, nameY, func() (allocator.Block, error) { return s.LeaseFrom(ctx, "orders", 10, nameY) })
 }
+
+// TestSettingsChangeOnAnInstanceThatWentBack: an instance's counter goes back (as after a restore the
+// guard has not met yet) and the namespace's start is then advanced to inside the range it had issued.
+// The change carries the same proof as a lease: the instance is fenced for it and its counter left
+// where the restore put it, not raised to the start over IDs it issued; the other instance takes the
+// change.
+func TestSettingsChangeOnAnInstanceThatWentBack(t *testing.T) {
+	f := newFleet(t)
+	cfg := f.cfg
+	cfg.WatermarkInterval = time.Hour // no background check
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	if _, err := s.CreateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10}); err != nil {
+		t.Fatal(err)
+	}
+	a := s.set.All()[0]
+	var highest int64
+	for range 6 {
+		blk, err := s.LeaseFrom(ctx, "orders", 0, a.Name())
+		if err != nil || blk.Server != a.Name() {
+			t.Fatalf("lease from %s: %v, %v", a.Name(), blk, err)
+		}
+		highest, _ = blk.Last()
+	}
+	// Back by 40 IDs, as a restore would take it; then a start 20 IDs below the highest issued.
+	raw := rawClient(t, a.Name())
+	key := s.keys.counter("orders")
+	if err := raw.DecrBy(ctx, key, 80).Err(); err != nil {
+		t.Fatal(err)
+	}
+	back, err := raw.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, Start: highest - 40}); err != nil {
+		t.Fatalf("the change, taken by the other instance: %v", err)
+	}
+	var h allocator.ServerHealth
+	for _, x := range s.Health() {
+		if x.Name == a.Name() {
+			h = x
+		}
+	}
+	if !h.Fenced || !strings.Contains(h.Error, "is below") {
+		t.Fatalf("%s after the change: %+v; want it fenced", a.Name(), h)
+	}
+	if got, err := raw.Get(ctx, key).Int64(); err != nil || got != back {
+		t.Fatalf("%s's counter moved from %d to %d (%v): the change raised an instance that went back", a.Name(), back, got, err)
+	}
+}

@@ -97,9 +97,14 @@ func (in *instance) Revive(ctx context.Context) error {
 	return in.ReviveWith(ctx, in.check)
 }
 
+// fenceBelow fences the instance for a namespace whose counter, read as counter, is below its floor.
+func (in *instance) fenceBelow(ns, counter string, floor failover.Mark) error {
+	return in.store.fence(in, []string{ns}, []string{fmt.Sprintf("namespace %q counter %s is below %d seen by %s", ns, counter, floor.Value, floor.Holder)})
+}
+
 // check runs every check an instance must pass before it serves: it keeps acknowledged writes, its
-// offset claim is proven exclusive across the set, it caught up with the namespaces and settings it
-// missed, and no counter is below a water mark. Only then do leases go to it, under the id its claim
+// offset claim is proven exclusive across the set, no counter is below a water mark, and it caught up
+// with the namespaces and settings it missed. Only then do leases go to it, under the id its claim
 // was proven with. A misconfiguration is ErrMisconfigured, lost data or a counter gone back
 // ErrFenced; an instance that does not answer returns its connection error.
 func (in *instance) check(ctx context.Context) error {
@@ -110,11 +115,14 @@ func (in *instance) check(ctx context.Context) error {
 	if err == nil {
 		id, err = in.claim(ctx)
 	}
-	if err == nil {
-		err = in.catchUp(ctx)
-	}
+	// The counters are compared with the floors before anything is written: catching up raises a
+	// counter to the namespace's start, which on an instance restored from a copy older than a start
+	// advance would lift it over what it issued from that start, past the floors that show it went back.
 	if err == nil {
 		err = in.store.checkFence(ctx, in)
+	}
+	if err == nil {
+		err = in.catchUp(ctx)
 	}
 	if err != nil {
 		in.NoteError(err)
@@ -366,7 +374,7 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 		return allocator.Block{}, fmt.Errorf("%w: %s now answers as instance %s, not instance %s whose offset claim was checked; another Redis answers at its address",
 			allocator.ErrMisconfigured, in.Name(), arg, *id)
 	case "behind":
-		return allocator.Block{}, in.store.fence(in, []string{ns.Name}, []string{fmt.Sprintf("namespace %q counter %s is below %d seen by %s", ns.Name, arg, floor.Value, floor.Holder)})
+		return allocator.Block{}, in.fenceBelow(ns.Name, arg, floor)
 	case "missing":
 		if floor.Value > 0 {
 			return allocator.Block{}, in.store.fence(in, []string{ns.Name}, []string{fmt.Sprintf("namespace %q is gone but %s saw its counter at %d", ns.Name, floor.Holder, floor.Value)})
@@ -441,10 +449,11 @@ func (in *instance) update(ctx context.Context, rec record, lowered int64) error
 		limit = lowered + stride
 	}
 	k := in.store.keys
+	mark := in.marks.Get(rec.ns.Name)
 	run := func() ([]string, error) {
 		return updateScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name)},
 			rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS, rec.floor, floorCounter,
-			rec.ns.WithDefaults().MaxID, limit).StringSlice()
+			rec.ns.WithDefaults().MaxID, limit, mark.Value).StringSlice()
 	}
 	res, err := run()
 	if err == nil && res[0] == "missing" {
@@ -459,6 +468,8 @@ func (in *instance) update(ctx context.Context, rec record, lowered int64) error
 		return nil
 	case res[0] == "missing":
 		return errMissing
+	case res[0] == "behind" && len(res) > 1:
+		return in.fenceBelow(rec.ns.Name, res[1], mark)
 	case res[0] == "passed" && len(res) > 1:
 		cur, _ := strconv.ParseInt(res[1], 10, 64)
 		return fmt.Errorf("%s: %w", in.Name(), allocator.CheckLowering(rec.ns.Name, lowered, cur-stride))

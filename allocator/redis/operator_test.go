@@ -97,7 +97,16 @@ func (f *fleet) restartFrom(ctx context.Context, i int, dir string) error {
 	if err := r.Kill(); err != nil {
 		return err
 	}
-	aof := filepath.Join(r.Dir(), "appendonlydir")
+	if err := f.putAOF(i, dir); err != nil {
+		return err
+	}
+	return r.Start(ctx)
+}
+
+// putAOF puts the append-only files in dir (none when dir is empty) in place of those of instance i,
+// which must be stopped.
+func (f *fleet) putAOF(i int, dir string) error {
+	aof := filepath.Join(f.pair[i].Dir(), "appendonlydir")
 	if err := os.RemoveAll(aof); err != nil {
 		return err
 	}
@@ -106,7 +115,7 @@ func (f *fleet) restartFrom(ctx context.Context, i int, dir string) error {
 			return fmt.Errorf("cp: %v: %s", err, out)
 		}
 	}
-	return r.Start(ctx)
+	return nil
 }
 
 // copyAOF takes a cold copy of instance i's append-only files (stopping and restarting it).
@@ -120,6 +129,16 @@ func (f *fleet) copyAOF(ctx context.Context, i int) (string, error) {
 		return "", fmt.Errorf("cp: %v: %s", err, out)
 	}
 	return dst, r.Start(ctx)
+}
+
+// ColdCopy takes a cold copy of instance i's append-only files; putBack puts it in place of the
+// stopped instance's.
+func (f *fleet) ColdCopy(ctx context.Context, i int) (func() error, error) {
+	dir, err := f.copyAOF(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return f.putAOF(i, dir) }, nil
 }
 
 func TestOperatorFaults(t *testing.T) {

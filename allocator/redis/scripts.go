@@ -112,14 +112,17 @@ return {'created'}
 
 // updateScript changes a namespace's settings on one instance: KEYS settings, counter; ARGV
 // block_size, max_block_size, lease_ttl_ms, updated_us, floor (0: none), the floor as a counter of this
-// instance, max_id, limit (0: none). Settings older than the stored ones are ignored; the floor and the
-// counter only rise. With a limit (a lowered max_id plus the stride) it changes nothing when the
-// counter is above it, an ID above the new max_id having been issued ('passed').
+// instance, max_id, limit (0: none), the water mark (the highest counter seen there; 0: none).
+// Settings older than the stored ones are ignored; the floor and the counter only rise. A counter below
+// the water mark went back in time: nothing changes ('behind'), as a lease would refuse it. With a
+// limit (a lowered max_id plus the stride) it changes nothing when the counter is above it, an ID
+// above the new max_id having been issued ('passed').
 var updateScript = goredis.NewScript(luaHelpers + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 local cur = redis.call('GET', KEYS[2])
 if not cur then return {'missing'} end
 if not canonical(cur) then return {'corrupt', cur} end
+if less(cur, ARGV[9]) then return {'behind', cur} end
 if ARGV[8] ~= '0' and less(ARGV[8], cur) then return {'passed', cur} end
 local u = redis.call('HGET', KEYS[1], 'updated_us')
 if not u or not canonical(u) or not less(ARGV[4], u) then
