@@ -278,6 +278,33 @@ func TestOneURLOnlyCountsSlowRefills(t *testing.T) {
 	}
 }
 
+// TestSettledHedgesTakeNoTurn: a hedge that finds its refill settled sends nothing, and leaves the
+// round-robin as it was: every URL still gets its share of first requests, however many such hedges
+// come between them (once, each took a turn, and with two URLs one of them could get none).
+func TestSettledHedgesTakeNoTurn(t *testing.T) {
+	fake := newFake(allocator.Namespace{Name: "r", BlockSize: 10})
+	a, b := startHanging(t, fake), startHanging(t, fake)
+	cfg := config{}.withDefaults()
+	l, err := HTTP(a.srv.URL, b.srv.URL).open("r", &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	for range 10 {
+		var r route
+		if _, err := l.lease(context.Background(), 0, &r, false); err != nil {
+			t.Fatal(err)
+		}
+		r.settled.Store(true)
+		if _, err := l.lease(context.Background(), 0, &r, true); !errors.Is(err, errSettled) {
+			t.Fatalf("a hedge of a settled refill: %v, want errSettled", err)
+		}
+	}
+	if a.leases.Load() != 5 || b.leases.Load() != 5 {
+		t.Fatalf("first requests: %d to one URL, %d to the other; want 5 each", a.leases.Load(), b.leases.Load())
+	}
+}
+
 // TestLoserDoesNotFailOver: once the other request settled the refill, a request whose URL fails ends
 // there instead of leasing another block elsewhere; and a hedge asks the other URL first.
 func TestLoserDoesNotFailOver(t *testing.T) {

@@ -122,9 +122,14 @@ type httpLeaser struct {
 }
 
 // order returns the endpoints to try: the usable ones in round-robin order, then the ones in backoff,
-// soonest first.
-func (h *httpLeaser) order() []*endpoint {
-	return backoff.HealthyFirst(backoff.Rotate(h.eps, &h.next), h.clock.Now(), func(ep *endpoint) time.Time {
+// soonest first. Only a request that is not a hedge moves the rotation: a hedge that finds its refill
+// already settled sends nothing, and would otherwise have taken a URL's turn.
+func (h *httpLeaser) order(hedge bool) []*endpoint {
+	rotated := backoff.RotateAt(h.eps, h.next.Load())
+	if !hedge {
+		rotated = backoff.Rotate(h.eps, &h.next)
+	}
+	return backoff.HealthyFirst(rotated, h.clock.Now(), func(ep *endpoint) time.Time {
 		ep.mu.Lock()
 		defer ep.mu.Unlock()
 		return ep.streak.RetryAt
@@ -137,7 +142,7 @@ func (h *httpLeaser) paths() int { return len(h.eps) }
 var errSettled = errors.New("client: the refill was settled by its other request")
 
 func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool) (allocator.Block, error) {
-	order := h.order()
+	order := h.order(hedge)
 	first := r.first.Load()
 	if i := slices.Index(order, first); hedge && i >= 0 {
 		order = append(append(order[:i:i], order[i+1:]...), first) // the first request's URL last
@@ -296,7 +301,7 @@ func parseBlock(base, ns string, data []byte) (allocator.Block, error) {
 
 func (h *httpLeaser) settings(ctx context.Context) (allocator.Namespace, error) {
 	var errs []error
-	for _, ep := range h.order() {
+	for _, ep := range h.order(false) {
 		data, err := h.do(ctx, ep, http.MethodGet, "/v1/namespaces/"+h.ns, nil)
 		if err != nil {
 			errs = append(errs, err)

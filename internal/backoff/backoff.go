@@ -67,13 +67,17 @@ func (s Streak) Due(now time.Time) bool { return !now.Before(s.RetryAt) }
 
 // Rotate returns items starting at the next position of the round-robin cursor, so that successive
 // calls start on successive items.
-func Rotate[T any](items []T, cursor *atomic.Uint64) []T {
+func Rotate[T any](items []T, cursor *atomic.Uint64) []T { return RotateAt(items, cursor.Add(1)) }
+
+// RotateAt returns items starting at position pos (mod their number): Rotate without moving the
+// cursor, for a request that must not take another's turn.
+func RotateAt[T any](items []T, pos uint64) []T {
 	n := len(items)
 	out := make([]T, n)
 	if n == 0 {
 		return out
 	}
-	start := int(cursor.Add(1) % uint64(n))
+	start := int(pos % uint64(n))
 	for i := range n {
 		out[i] = items[(start+i)%n]
 	}

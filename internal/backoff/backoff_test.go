@@ -86,6 +86,13 @@ func TestRotateStartsOnSuccessiveItems(t *testing.T) {
 	if got := Rotate([]string(nil), &cursor); len(got) != 0 {
 		t.Fatalf("Rotate of nothing = %v", got)
 	}
+	// RotateAt starts at the position given; the cursor is not its business.
+	if got := RotateAt(items, 4); !slices.Equal(got, []string{"b", "c", "a"}) {
+		t.Fatalf("RotateAt(4) = %v, want b c a", got)
+	}
+	if got := RotateAt([]string(nil), 7); len(got) != 0 {
+		t.Fatalf("RotateAt of nothing = %v", got)
+	}
 }
 
 func TestHealthyFirst(t *testing.T) {
