@@ -116,6 +116,9 @@ type Figures struct {
 	// outage (see FaultResult.Outage): while a server could issue, no caller should wait for long.
 	LongestStallMS     float64 `json:"longest_stall_ms"`
 	LongestStallDuring string  `json:"longest_stall_during"`
+	// LongestStallAfter is, for a longest stall between faults, the fault that had ended last when the
+	// call began and how long before.
+	LongestStallAfter string `json:"longest_stall_after,omitempty"`
 	// LongestOutageStallMS is the longest Next call that began during an outage: it lasts about as long
 	// as the outage, whose end callers can only wait for.
 	LongestOutageStallMS float64 `json:"longest_outage_stall_ms"`
@@ -141,7 +144,7 @@ func (f *Figures) add(o Figures) {
 	f.ParityViolations += o.ParityViolations
 	f.StartViolations += o.StartViolations
 	if o.LongestStallMS > f.LongestStallMS || f.LongestStallMS == 0 && f.LongestStallDuring == "" {
-		f.LongestStallMS, f.LongestStallDuring = o.LongestStallMS, o.LongestStallDuring
+		f.LongestStallMS, f.LongestStallDuring, f.LongestStallAfter = o.LongestStallMS, o.LongestStallDuring, o.LongestStallAfter
 	}
 	f.LongestOutageStallMS = max(f.LongestOutageStallMS, o.LongestOutageStallMS)
 	f.Blocks += o.Blocks

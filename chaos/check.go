@@ -16,7 +16,10 @@ func stalls(f *Figures, clients []*drawer, faults []FaultResult) {
 	f.LongestStallDuring = "between faults"
 	for _, d := range clients {
 		if d.longestBetween > longest {
-			longest, f.LongestStallDuring = d.longestBetween, "between faults"
+			longest, f.LongestStallDuring, f.LongestStallAfter = d.longestBetween, "between faults", "no fault had ended yet"
+			if e := d.longestBetweenAfter; e != nil {
+				f.LongestStallAfter = fmt.Sprintf("%s, over %.1f s before the call began", e.name, d.longestBetweenBegan.Sub(e.at).Seconds())
+			}
 		}
 		for stage, took := range d.longestIn {
 			for k := range faults {
@@ -28,7 +31,7 @@ func stalls(f *Figures, clients []*drawer, faults []FaultResult) {
 				case faults[k].Outage:
 					outage = max(outage, took)
 				case took > longest:
-					longest, f.LongestStallDuring = took, *stage
+					longest, f.LongestStallDuring, f.LongestStallAfter = took, *stage, ""
 				}
 			}
 		}

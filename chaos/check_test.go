@@ -312,13 +312,15 @@ func TestGaleraLayout(t *testing.T) {
 }
 
 // TestStallsLeaveOutagesApart: the longest stall is the longest call outside an outage, named by the
-// fault it began in; calls during an outage (every server out by design) are reported on their own.
+// fault it began in (between faults, by the fault that ended last); calls during an outage (every
+// server out by design) are reported on their own.
 func TestStallsLeaveOutagesApart(t *testing.T) {
 	kill, settings := "server a SIGKILLed", "increment changed on both servers"
 	faults := []FaultResult{{Name: kill}, {Name: settings, Outage: true}}
 	clients := []*drawer{
 		{longestBetween: 20 * time.Millisecond, longestIn: map[*string]time.Duration{&kill: 150 * time.Millisecond}},
-		{longestBetween: 40 * time.Millisecond, longestIn: map[*string]time.Duration{&settings: 8 * time.Second}},
+		{longestBetween: 40 * time.Millisecond, longestIn: map[*string]time.Duration{&settings: 8 * time.Second},
+			longestBetweenAfter: &faultEnd{name: kill, at: time.Unix(100, 0)}, longestBetweenBegan: time.Unix(101, 5e8)},
 	}
 	var f Figures
 	stalls(&f, clients, faults)
@@ -334,5 +336,9 @@ func TestStallsLeaveOutagesApart(t *testing.T) {
 	stalls(&f, clients[1:], faults)
 	if f.LongestStallMS != 40 || f.LongestStallDuring != "between faults" {
 		t.Fatalf("longest %v ms during %q; want 40 between faults", f.LongestStallMS, f.LongestStallDuring)
+	}
+	// A stall between faults names the fault that had ended last, and how long before.
+	if want := kill + ", over 1.5 s before the call began"; f.LongestStallAfter != want {
+		t.Fatalf("after %q, want %q", f.LongestStallAfter, want)
 	}
 }

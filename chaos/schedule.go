@@ -138,6 +138,7 @@ func (w *world) schedule(ctx context.Context) []FaultResult {
 		if err := errors.Join(back...); err != nil {
 			res.Error = joinErr(res.Error, "revert: "+err.Error())
 		}
+		w.lastOver.Store(&faultEnd{name: fs[i].name, at: time.Now()})
 		w.log.Info("chaos: fault over", "fault", fs[i].name, "fenced_or_refused", res.FencedOrRefused, "detail", res.Detail)
 	}
 	for _, ev := range events {

@@ -74,7 +74,8 @@ type world struct {
 	rec      recorder
 	attempts attempts
 	degraded atomic.Bool
-	stage    atomic.Pointer[string] // the fault being applied or active; nil between faults
+	stage    atomic.Pointer[string]   // the fault being applied or active; nil between faults
+	lastOver atomic.Pointer[faultEnd] // the fault that ended last, once one has
 
 	ports  [2]*port      // each replica's address, kept across its restarts
 	before map[int]int64 // each server's counter when the clients started
@@ -154,7 +155,7 @@ func (w *world) run(ctx context.Context) error {
 			}
 			return err
 		}
-		clients[i] = &drawer{c: c, degraded: &w.degraded, stage: &w.stage}
+		clients[i] = &drawer{c: c, degraded: &w.degraded, stage: &w.stage, lastOver: &w.lastOver}
 	}
 	w.mu.Lock()
 	w.clients = clients
@@ -356,13 +357,22 @@ type drawer struct {
 	c        *client.Client
 	degraded *atomic.Bool
 	stage    *atomic.Pointer[string] // the world's: the fault active, nil between faults
+	lastOver *atomic.Pointer[faultEnd]
 	count    atomic.Int64
 
 	ids                      []int64
 	degradedCalls, degradeOK int64
 	errors                   int64
 	longestBetween           time.Duration             // the longest call that began between faults
+	longestBetweenBegan      time.Time                 // when it began
+	longestBetweenAfter      *faultEnd                 // the fault that had ended last then (nil: none yet)
 	longestIn                map[*string]time.Duration // the longest call that began while each fault was active
+}
+
+// faultEnd is a fault that ended (its revert done) and when.
+type faultEnd struct {
+	name string
+	at   time.Time
 }
 
 // maxOwed is how far behind its rate a drawer may fall and still catch up: a goroutine the scheduler
@@ -371,13 +381,15 @@ type drawer struct {
 const maxOwed = time.Second
 
 // draw calls Next at rate until ctx ends. Calls are owed by the clock, not by the ticks seen: a tick
-// missed while the goroutine waited for a CPU or a call does not lower the rate.
+// missed while the goroutine waited for a CPU or a call does not lower the rate. The clock starts when
+// the first call returns: that call waits for the client's first block (start-up), and the calls it
+// would otherwise owe, made at once, would be a burst no steady caller makes.
 func (d *drawer) draw(ctx context.Context, rate float64) {
 	const tick = 10 * time.Millisecond
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	start := time.Now()
-	var made int64
+	var made, calls int64
 	for {
 		select {
 		case <-ctx.Done():
@@ -390,6 +402,7 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 		}
 		for ; due > 0; due-- {
 			made++
+			calls++
 			degraded, stage := d.degraded.Load(), d.stage.Load()
 			begin := time.Now()
 			id, err := d.c.Next(ctx)
@@ -397,9 +410,12 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 			if ctx.Err() != nil {
 				return // the run ended during the call: neither a success nor a failure
 			}
-			if made > 1 { // the first call waits for the client's first block: start-up
+			if calls == 1 { // the first call waits for the client's first block: start-up
+				start, made, due = time.Now(), 0, 1
+			}
+			if calls > 1 {
 				if stage == nil && took > d.longestBetween {
-					d.longestBetween = took
+					d.longestBetween, d.longestBetweenBegan, d.longestBetweenAfter = took, begin, d.lastOver.Load()
 				}
 				if stage != nil && took > d.longestIn[stage] {
 					if d.longestIn == nil {
