@@ -262,10 +262,10 @@ func (m *MariaDB) Client(ctx context.Context, prog string, args ...string) *exec
 // Alive reports whether the server process runs (a zombie counts as dead).
 func (m *MariaDB) Alive() bool { return m.Pid != 0 && PidAlive(m.Pid) }
 
-// Kill sends SIGKILL, as a crash would, and waits until the process is gone.
+// Kill sends SIGKILL, as a crash would, and waits until the process is gone and its port free.
 func (m *MariaDB) Kill() error { return m.signal(syscall.SIGKILL) }
 
-// Stop shuts the server down cleanly (SIGTERM) and waits until the process is gone.
+// Stop shuts the server down cleanly (SIGTERM) and waits until the process is gone and its port free.
 func (m *MariaDB) Stop() error { return m.signal(syscall.SIGTERM) }
 
 func (m *MariaDB) signal(sig syscall.Signal) error {
@@ -283,7 +283,7 @@ func (m *MariaDB) signal(sig syscall.Signal) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
+	return awaitPortFree(m.Port)
 }
 
 // RedisOptions configures a throwaway Redis.
@@ -353,7 +353,7 @@ func (r *Redis) Start(ctx context.Context) error {
 	}
 }
 
-// Kill sends SIGKILL and waits until the process is gone.
+// Kill sends SIGKILL and waits until the process is gone and its port free.
 func (r *Redis) Kill() error {
 	if r.Pid == 0 || !PidAlive(r.Pid) {
 		return nil
@@ -362,7 +362,25 @@ func (r *Redis) Kill() error {
 	for PidAlive(r.Pid) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	return nil
+	return awaitPortFree(r.Port)
+}
+
+// awaitPortFree waits until a server's port on 127.0.0.1 can be bound again. The kernel can release a
+// killed server's listening socket a moment after the process is reaped (seen here: about a
+// millisecond), and a server started on the port in that moment fails with "address already in use".
+func awaitPortFree(port int) error {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			return l.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testservers: port %s still in use 10s after its server exited: %w", addr, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func redisPing(addr string) error {
