@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrInvalidConfig means a configuration cannot be used: a required field is missing, or a field holds
@@ -44,4 +45,50 @@ func Default[T comparable](field *T, def T) {
 	if *field == zero {
 		*field = def
 	}
+}
+
+// Failover is the part of a configuration that every backend of several servers shares (mysql.Config
+// and redis.Config embed it): how long one server and a whole call are tried, how long a failed server
+// is skipped, how often servers are checked again, and what is cached. Like every configuration, the
+// zero value of each field means its default and a negative value is refused.
+type Failover struct {
+	// AttemptTimeout bounds one attempt on one server. Default 2s.
+	AttemptTimeout time.Duration
+	// Timeout bounds a whole lease, failover included. Default 5s.
+	Timeout time.Duration
+	// MinBackoff and MaxBackoff bound how long a failed server is skipped before it is tried again; the
+	// wait doubles with each failure. Default 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// ProbeInterval is how often a background check retries servers that are down. Default 1s.
+	ProbeInterval time.Duration
+	// WatermarkInterval is how often each server's high-water marks are written to its peers and read
+	// back (the restored-state guard); they are also written on Close. Default 2s.
+	WatermarkInterval time.Duration
+	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
+	SettingsTTL time.Duration
+	// MaxConns bounds each server's connection pool. Default 32.
+	MaxConns int
+}
+
+// WithDefaults fills the zero fields with their defaults.
+func (f Failover) WithDefaults() Failover {
+	Default(&f.AttemptTimeout, 2*time.Second)
+	Default(&f.Timeout, 5*time.Second)
+	Default(&f.MinBackoff, 100*time.Millisecond)
+	Default(&f.MaxBackoff, 5*time.Second)
+	Default(&f.ProbeInterval, time.Second)
+	Default(&f.WatermarkInterval, 2*time.Second)
+	Default(&f.SettingsTTL, 2*time.Second)
+	Default(&f.MaxConns, 32)
+	return f
+}
+
+// Check refuses a negative field with ErrInvalidConfig naming it; owner names the configuration
+// ("mysql.Config").
+func (f Failover) Check(owner string) error {
+	return CheckConfig(owner,
+		Setting("AttemptTimeout", f.AttemptTimeout), Setting("Timeout", f.Timeout),
+		Setting("MinBackoff", f.MinBackoff), Setting("MaxBackoff", f.MaxBackoff),
+		Setting("ProbeInterval", f.ProbeInterval), Setting("WatermarkInterval", f.WatermarkInterval),
+		Setting("SettingsTTL", f.SettingsTTL), Setting("MaxConns", f.MaxConns))
 }

@@ -43,3 +43,30 @@ func TestDefault(t *testing.T) {
 		t.Fatalf("timeout %s, conns %d, name %q: want the default only where the field was zero", timeout, conns, name)
 	}
 }
+
+// TestFailoverDefaultsAndCheck: every zero field of the shared part of the backends' configurations
+// takes its default, a set field stays, and each negative field is named.
+func TestFailoverDefaultsAndCheck(t *testing.T) {
+	got := allocator.Failover{Timeout: 9 * time.Second}.WithDefaults()
+	want := allocator.Failover{AttemptTimeout: 2 * time.Second, Timeout: 9 * time.Second, MinBackoff: 100 * time.Millisecond,
+		MaxBackoff: 5 * time.Second, ProbeInterval: time.Second, WatermarkInterval: 2 * time.Second, SettingsTTL: 2 * time.Second,
+		MaxConns: 32}
+	if got != want {
+		t.Fatalf("WithDefaults = %+v, want %+v", got, want)
+	}
+	if err := got.Check("x.Config"); err != nil {
+		t.Fatalf("Check of the defaults: %v", err)
+	}
+	bad := allocator.Failover{AttemptTimeout: -1, Timeout: -1, MinBackoff: -1, MaxBackoff: -1, ProbeInterval: -1,
+		WatermarkInterval: -1, SettingsTTL: -1, MaxConns: -1}
+	err := bad.Check("x.Config")
+	if !errors.Is(err, allocator.ErrInvalidConfig) {
+		t.Fatalf("Check of negative fields: %v, want ErrInvalidConfig", err)
+	}
+	for _, name := range []string{"AttemptTimeout", "Timeout", "MinBackoff", "MaxBackoff", "ProbeInterval",
+		"WatermarkInterval", "SettingsTTL", "MaxConns"} {
+		if !strings.Contains(err.Error(), name+" -1") {
+			t.Errorf("Check did not name %s: %v", name, err)
+		}
+	}
+}

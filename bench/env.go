@@ -129,7 +129,8 @@ const maxConns = 128
 func (e *mysqlEnv) openPair(ctx context.Context, dsns []string) (*mysql.Store, error) {
 	// The pair may take as long as a load case's request (opTimeout) before it gives up: a slow lease on
 	// a busy machine is a latency to measure, not an error.
-	return mysql.Open(ctx, mysql.Config{DSNs: dsns, Logger: e.quiet, MaxConns: maxConns, Timeout: opTimeout, AttemptTimeout: opTimeout / 2})
+	return mysql.Open(ctx, mysql.Config{DSNs: dsns, Logger: e.quiet,
+		Failover: allocator.Failover{MaxConns: maxConns, Timeout: opTimeout, AttemptTimeout: opTimeout / 2}})
 }
 
 // namespace creates a namespace for one measurement (a fresh name each time) and returns its name.

@@ -45,8 +45,8 @@ func redisLeaseCase(env *mysqlEnv, addr string) loadCase {
 	return leaseCase("Redis lease n=100 (one instance)", 100, env, func(ctx context.Context) (allocator.Backend, func(), error) {
 		var r [3]byte
 		_, _ = rand.Read(r[:])
-		st, err := redis.Open(ctx, redis.Config{Addrs: []string{addr}, KeyPrefix: fmt.Sprintf("ticketd-bench-%x:", r), Logger: env.quiet, MaxConns: 128,
-			Timeout: opTimeout, AttemptTimeout: opTimeout / 2})
+		st, err := redis.Open(ctx, redis.Config{Addrs: []string{addr}, KeyPrefix: fmt.Sprintf("ticketd-bench-%x:", r), Logger: env.quiet,
+			Failover: allocator.Failover{MaxConns: 128, Timeout: opTimeout, AttemptTimeout: opTimeout / 2}})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -76,8 +76,8 @@ func (g *galeraServers) addrs() []string {
 // the cluster evicts it (evs.suspect_timeout, 3 s on the cluster the run starts): one attempt outlasts
 // that, as README's settings for Galera say.
 func (g *galeraServers) open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error) {
-	return openMySQL(ctx, g.dsns, ends, tmysql.Config{AttemptTimeout: 5 * time.Second, Timeout: 12 * time.Second,
-		MaxBackoff: time.Second, Logger: log, Observer: obs})
+	return openMySQL(ctx, g.dsns, ends, tmysql.Config{Failover: allocator.Failover{
+		AttemptTimeout: 5 * time.Second, Timeout: 12 * time.Second, MaxBackoff: time.Second}, Logger: log, Observer: obs})
 }
 
 func (g *galeraServers) kill(i int) error                         { return g.nodes[i].Kill() }

@@ -105,8 +105,8 @@ func (m *mysqlServers) addrs() []string {
 }
 
 func (m *mysqlServers) open(ctx context.Context, ends []endpoint, obs allocator.Observer, log *slog.Logger) (leaser, error) {
-	return openMySQL(ctx, m.dsns, ends, tmysql.Config{AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second,
-		MaxBackoff: time.Second, Logger: log, Observer: obs})
+	return openMySQL(ctx, m.dsns, ends, tmysql.Config{Failover: allocator.Failover{
+		AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second, MaxBackoff: time.Second}, Logger: log, Observer: obs})
 }
 
 // openMySQL opens the servers of dsns, each reached at its endpoint's address (a proxy's) and named by

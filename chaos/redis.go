@@ -51,9 +51,8 @@ func (s *redisServers) open(ctx context.Context, ends []endpoint, obs allocator.
 	for _, e := range ends {
 		addrs = append(addrs, e.addr)
 	}
-	return redis.Open(ctx, redis.Config{Addrs: addrs,
-		AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second, MaxBackoff: time.Second,
-		Logger: log, Observer: obs})
+	return redis.Open(ctx, redis.Config{Addrs: addrs, Logger: log, Observer: obs,
+		Failover: allocator.Failover{AttemptTimeout: 700 * time.Millisecond, Timeout: 3 * time.Second, MaxBackoff: time.Second}})
 }
 
 func (s *redisServers) kill(i int) error                         { return s.inst[i].Kill() }

@@ -95,7 +95,7 @@ func BenchmarkServe(b *testing.B) {
 	}
 	open := func() (*mysql.Store, *Metrics) {
 		m := NewMetrics()
-		p, err := mysql.Open(context.Background(), mysql.Config{DSNs: dsns, Logger: quiet, Observer: m, MaxConns: 64})
+		p, err := mysql.Open(context.Background(), mysql.Config{DSNs: dsns, Logger: quiet, Observer: m, Failover: allocator.Failover{MaxConns: 64}})
 		if err != nil {
 			b.Fatal(err)
 		}

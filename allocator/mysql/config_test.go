@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
@@ -23,14 +24,14 @@ func TestConfigRule(t *testing.T) {
 		{Name: "no DSN", Config: Config{}, Want: "no ticket server DSN"},
 		{Name: "names for other servers", Config: Config{DSNs: dsn, Names: []string{"a", "b"}}, Want: "2 names for 1 servers"},
 		{Name: "bad DSN", Config: Config{DSNs: []string{"tcp(::"}}, Want: "bad DSN"},
-		{Name: "AttemptTimeout", Config: Config{DSNs: dsn, AttemptTimeout: -time.Second}, Want: "AttemptTimeout -1s"},
-		{Name: "Timeout", Config: Config{DSNs: dsn, Timeout: -1}, Want: "Timeout -1ns"},
-		{Name: "MinBackoff", Config: Config{DSNs: dsn, MinBackoff: -time.Millisecond}, Want: "MinBackoff -1ms"},
-		{Name: "MaxBackoff", Config: Config{DSNs: dsn, MaxBackoff: -time.Second}, Want: "MaxBackoff -1s"},
-		{Name: "ProbeInterval", Config: Config{DSNs: dsn, ProbeInterval: -time.Second}, Want: "ProbeInterval -1s"},
-		{Name: "WatermarkInterval", Config: Config{DSNs: dsn, WatermarkInterval: -time.Second}, Want: "WatermarkInterval -1s"},
-		{Name: "SettingsTTL", Config: Config{DSNs: dsn, SettingsTTL: -time.Second}, Want: "SettingsTTL -1s"},
-		{Name: "MaxConns", Config: Config{DSNs: dsn, MaxConns: -1}, Want: "MaxConns -1"},
+		{Name: "AttemptTimeout", Config: Config{DSNs: dsn, Failover: allocator.Failover{AttemptTimeout: -time.Second}}, Want: "AttemptTimeout -1s"},
+		{Name: "Timeout", Config: Config{DSNs: dsn, Failover: allocator.Failover{Timeout: -1}}, Want: "Timeout -1ns"},
+		{Name: "MinBackoff", Config: Config{DSNs: dsn, Failover: allocator.Failover{MinBackoff: -time.Millisecond}}, Want: "MinBackoff -1ms"},
+		{Name: "MaxBackoff", Config: Config{DSNs: dsn, Failover: allocator.Failover{MaxBackoff: -time.Second}}, Want: "MaxBackoff -1s"},
+		{Name: "ProbeInterval", Config: Config{DSNs: dsn, Failover: allocator.Failover{ProbeInterval: -time.Second}}, Want: "ProbeInterval -1s"},
+		{Name: "WatermarkInterval", Config: Config{DSNs: dsn, Failover: allocator.Failover{WatermarkInterval: -time.Second}}, Want: "WatermarkInterval -1s"},
+		{Name: "SettingsTTL", Config: Config{DSNs: dsn, Failover: allocator.Failover{SettingsTTL: -time.Second}}, Want: "SettingsTTL -1s"},
+		{Name: "MaxConns", Config: Config{DSNs: dsn, Failover: allocator.Failover{MaxConns: -1}}, Want: "MaxConns -1"},
 	})
 	c := Config{DSNs: dsn}.withDefaults()
 	if c.AttemptTimeout != 2*time.Second || c.Timeout != 5*time.Second || c.MinBackoff != 100*time.Millisecond ||

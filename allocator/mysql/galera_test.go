@@ -442,7 +442,7 @@ func TestPrimaryPrimaryReplication(t *testing.T) {
 		return db.QueryRow("SELECT MAX(version) FROM ticketd_schema_migrations").Scan(&v) == nil && v == schema.Latest()
 	})
 	dsns := []string{servers[0].DSN("ticketd"), servers[1].DSN("ticketd")}
-	p, err := Open(ctx, Config{DSNs: dsns, Logger: quiet, WatermarkInterval: 50 * time.Millisecond})
+	p, err := Open(ctx, Config{DSNs: dsns, Logger: quiet, Failover: allocator.Failover{WatermarkInterval: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,22 +27,9 @@ type Config struct {
 	DSNs []string
 	// Names are the servers' names in blocks, logs and metrics. Default: each DSN's host:port.
 	Names []string
-	// AttemptTimeout bounds one attempt on one server. Default 2s.
-	AttemptTimeout time.Duration
-	// Timeout bounds a whole lease, failover included. Default 5s.
-	Timeout time.Duration
-	// MinBackoff and MaxBackoff bound how long a failed server is skipped before it is tried again; the
-	// wait doubles with each failure. Default 100ms and 5s.
-	MinBackoff, MaxBackoff time.Duration
-	// ProbeInterval is how often a background check retries servers that are down. Default 1s.
-	ProbeInterval time.Duration
-	// WatermarkInterval is how often each server's high-water marks are written to its peers (the
-	// restored-backup guard); they are also written on Close. Default 2s.
-	WatermarkInterval time.Duration
-	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
-	SettingsTTL time.Duration
-	// MaxConns bounds each server's connection pool. Default 32.
-	MaxConns int
+	// Failover holds the fields every backend of several servers shares: timeouts, backoff, the
+	// intervals of the background checks and the water marks, the settings cache and the pool size.
+	allocator.Failover
 	// Migrate applies the schema on each server when it is first checked. Default false: run
 	// `ticketd migrate` (schema.Migrate) once instead.
 	Migrate bool
@@ -54,15 +41,8 @@ type Config struct {
 	now func() time.Time
 }
 
-// fields are the fields every backend of several servers has (see failover.Fields).
-func (c *Config) fields() failover.Fields {
-	return failover.Fields{AttemptTimeout: &c.AttemptTimeout, Timeout: &c.Timeout, MinBackoff: &c.MinBackoff,
-		MaxBackoff: &c.MaxBackoff, ProbeInterval: &c.ProbeInterval, WatermarkInterval: &c.WatermarkInterval,
-		SettingsTTL: &c.SettingsTTL, MaxConns: &c.MaxConns}
-}
-
 func (c Config) withDefaults() Config {
-	c.fields().Defaults()
+	c.Failover = c.Failover.WithDefaults()
 	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
 		c.now = time.Now
@@ -78,7 +58,7 @@ func (c Config) validate() error {
 	if len(c.Names) != 0 && len(c.Names) != len(c.DSNs) {
 		return fmt.Errorf("%w: mysql: %d names for %d servers", allocator.ErrInvalidConfig, len(c.Names), len(c.DSNs))
 	}
-	return c.fields().Check("mysql.Config")
+	return c.Failover.Check("mysql.Config")
 }
 
 // Store is a set of ticket servers (two for Flickr's odd/even pair) behind the allocator.Backend
@@ -350,8 +330,7 @@ func build(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	p := &Store{cfg: cfg, set: failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
-		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
-		SettingsTTL: cfg.SettingsTTL, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
+		Failover: cfg.Failover, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
 	p.Front = failover.NewFront(p.set, func(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
 		return s.lease(ctx, r.ns, size)

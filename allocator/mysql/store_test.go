@@ -21,8 +21,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // openStore migrates the databases behind dsns and opens a Store on them.
 func openStore(t testing.TB, dsns []string, tweak func(*Config)) *Store {
 	t.Helper()
-	cfg := Config{DSNs: dsns, Migrate: true, Logger: quiet, ProbeInterval: 50 * time.Millisecond,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+	cfg := Config{DSNs: dsns, Migrate: true, Logger: quiet, Failover: allocator.Failover{
+		ProbeInterval: 50 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}}
 	if tweak != nil {
 		tweak(&cfg)
 	}

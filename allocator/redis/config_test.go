@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
@@ -27,14 +28,14 @@ func TestConfigRule(t *testing.T) {
 		{Name: "no address", Config: Config{}, Want: "no instance address"},
 		{Name: "bad address", Config: Config{Addrs: []string{"redis://h:1/x"}}, Want: "redis://h:1/x"},
 		{Name: "listed twice", Config: Config{Addrs: []string{"127.0.0.1:1", "redis://127.0.0.1:1"}}, Want: "listed twice"},
-		{Name: "AttemptTimeout", Config: Config{Addrs: addrs, AttemptTimeout: -time.Second}, Want: "AttemptTimeout -1s"},
-		{Name: "Timeout", Config: Config{Addrs: addrs, Timeout: -1}, Want: "Timeout -1ns"},
-		{Name: "MinBackoff", Config: Config{Addrs: addrs, MinBackoff: -time.Millisecond}, Want: "MinBackoff -1ms"},
-		{Name: "MaxBackoff", Config: Config{Addrs: addrs, MaxBackoff: -time.Second}, Want: "MaxBackoff -1s"},
-		{Name: "ProbeInterval", Config: Config{Addrs: addrs, ProbeInterval: -time.Second}, Want: "ProbeInterval -1s"},
-		{Name: "WatermarkInterval", Config: Config{Addrs: addrs, WatermarkInterval: -time.Second}, Want: "WatermarkInterval -1s"},
-		{Name: "SettingsTTL", Config: Config{Addrs: addrs, SettingsTTL: -time.Second}, Want: "SettingsTTL -1s"},
-		{Name: "MaxConns", Config: Config{Addrs: addrs, MaxConns: -1}, Want: "MaxConns -1"},
+		{Name: "AttemptTimeout", Config: Config{Addrs: addrs, Failover: allocator.Failover{AttemptTimeout: -time.Second}}, Want: "AttemptTimeout -1s"},
+		{Name: "Timeout", Config: Config{Addrs: addrs, Failover: allocator.Failover{Timeout: -1}}, Want: "Timeout -1ns"},
+		{Name: "MinBackoff", Config: Config{Addrs: addrs, Failover: allocator.Failover{MinBackoff: -time.Millisecond}}, Want: "MinBackoff -1ms"},
+		{Name: "MaxBackoff", Config: Config{Addrs: addrs, Failover: allocator.Failover{MaxBackoff: -time.Second}}, Want: "MaxBackoff -1s"},
+		{Name: "ProbeInterval", Config: Config{Addrs: addrs, Failover: allocator.Failover{ProbeInterval: -time.Second}}, Want: "ProbeInterval -1s"},
+		{Name: "WatermarkInterval", Config: Config{Addrs: addrs, Failover: allocator.Failover{WatermarkInterval: -time.Second}}, Want: "WatermarkInterval -1s"},
+		{Name: "SettingsTTL", Config: Config{Addrs: addrs, Failover: allocator.Failover{SettingsTTL: -time.Second}}, Want: "SettingsTTL -1s"},
+		{Name: "MaxConns", Config: Config{Addrs: addrs, Failover: allocator.Failover{MaxConns: -1}}, Want: "MaxConns -1"},
 	})
 	c := Config{Addrs: addrs}.withDefaults()
 	if c.AttemptTimeout != 2*time.Second || c.Timeout != 5*time.Second || c.MinBackoff != 100*time.Millisecond ||

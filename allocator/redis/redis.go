@@ -46,22 +46,10 @@ type Config struct {
 	// appendfsync always, a restart can move a counter back and reissue IDs (so can a maxmemory-policy
 	// that evicts any key). Default false: such instances are refused. When true, each is logged.
 	AllowVolatile bool
-	// AttemptTimeout bounds one attempt on one instance. Default 2s.
-	AttemptTimeout time.Duration
-	// Timeout bounds a whole lease, failover included. Default 5s.
-	Timeout time.Duration
-	// MinBackoff and MaxBackoff bound how long a failed instance is skipped before it is tried again;
-	// the wait doubles with each failure. Default 100ms and 5s.
-	MinBackoff, MaxBackoff time.Duration
-	// ProbeInterval is how often a background check retries instances that are down. Default 1s.
-	ProbeInterval time.Duration
-	// WatermarkInterval is how often each instance's high-water marks are written to the other
-	// instances and read back (the restored-state guard); they are also written on Close. Default 2s.
-	WatermarkInterval time.Duration
-	// SettingsTTL is how long namespace settings (default size, TTL) are cached. Default 2s.
-	SettingsTTL time.Duration
-	// MaxConns bounds each instance's connection pool. Default 32.
-	MaxConns int
+	// Failover holds the fields every backend of several servers shares: timeouts, backoff, the
+	// intervals of the background checks and the water marks, the settings cache and the pool size
+	// (each instance's).
+	allocator.Failover
 	// Logger receives warnings about instances going down, coming back, or being volatile.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -69,13 +57,6 @@ type Config struct {
 	Observer allocator.Observer
 
 	now func() time.Time
-}
-
-// fields are the fields every backend of several servers has (see failover.Fields).
-func (c *Config) fields() failover.Fields {
-	return failover.Fields{AttemptTimeout: &c.AttemptTimeout, Timeout: &c.Timeout, MinBackoff: &c.MinBackoff,
-		MaxBackoff: &c.MaxBackoff, ProbeInterval: &c.ProbeInterval, WatermarkInterval: &c.WatermarkInterval,
-		SettingsTTL: &c.SettingsTTL, MaxConns: &c.MaxConns}
 }
 
 func (c Config) withDefaults() Config {
@@ -86,7 +67,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	allocator.Default(&c.KeyPrefix, DefaultKeyPrefix)
-	c.fields().Defaults()
+	c.Failover = c.Failover.WithDefaults()
 	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
 		c.now = time.Now
@@ -105,7 +86,7 @@ func (c Config) validate() error {
 	case c.Stride < n || c.Stride > MaxStride:
 		return fmt.Errorf("%w: stride %d must be between the number of Redis instances (%d) and %d", allocator.ErrMisconfigured, c.Stride, n, MaxStride)
 	}
-	if err := c.fields().Check("redis.Config"); err != nil {
+	if err := c.Failover.Check("redis.Config"); err != nil {
 		return err
 	}
 	var errs []error
@@ -280,8 +261,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 func build(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, set: failover.NewSet[*instance, record](failover.Config{
 		Noun: "Redis instance", Every: "every Redis instance",
-		AttemptTimeout: cfg.AttemptTimeout, Timeout: cfg.Timeout, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
-		SettingsTTL: cfg.SettingsTTL, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
+		Failover: cfg.Failover, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
 	})}
 	s.Front = failover.NewFront(s.set, func(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
 		return in.lease(ctx, rec, size)

@@ -24,7 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // quick probes and backoff, no log output.
 func testConfig(addrs ...string) Config {
 	return Config{Addrs: addrs, KeyPrefix: testenv.UniqueName("t") + ":", Logger: quiet,
-		ProbeInterval: 50 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+		Failover: allocator.Failover{ProbeInterval: 50 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}}
 }
 
 // openStore opens a store and closes it, and removes its keys, when the test ends.

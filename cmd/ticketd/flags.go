@@ -82,14 +82,19 @@ func (b *backendFlags) createOnLease() bool {
 
 // mysqlConfig is the pair's configuration from the flags.
 func (b *backendFlags) mysqlConfig(logger *slog.Logger, obs allocator.Observer) mysql.Config {
-	return mysql.Config{DSNs: b.dsns(), Timeout: b.timeout, AttemptTimeout: b.attemptTimeout,
+	return mysql.Config{DSNs: b.dsns(), Failover: b.failover(),
 		Migrate: b.migrate, Logger: logger, Observer: obs}
 }
 
 // redisConfig is the Redis store's configuration from the flags.
 func (b *backendFlags) redisConfig(logger *slog.Logger, obs allocator.Observer) redis.Config {
 	return redis.Config{Addrs: cliflag.SplitList(b.redis), AllowVolatile: b.allowVolatile,
-		Timeout: b.timeout, AttemptTimeout: b.attemptTimeout, Logger: logger, Observer: obs}
+		Failover: b.failover(), Logger: logger, Observer: obs}
+}
+
+// failover is the timeouts from the flags, the same for every backend of several servers.
+func (b *backendFlags) failover() allocator.Failover {
+	return allocator.Failover{Timeout: b.timeout, AttemptTimeout: b.attemptTimeout}
 }
 
 // routeClientLogs sends the chosen backend's client library logs (the MySQL driver's, go-redis's) to

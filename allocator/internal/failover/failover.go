@@ -21,13 +21,9 @@ type Config struct {
 	// Every names all the servers in the error of a lease that each of them refused as exhausted:
 	// "every server", "every Redis instance".
 	Every string
-	// AttemptTimeout bounds one attempt on one server; Timeout bounds a whole call, failover included.
-	AttemptTimeout, Timeout time.Duration
-	// MinBackoff and MaxBackoff bound how long a failed server is skipped before it is tried again;
-	// the wait doubles with each failure.
-	MinBackoff, MaxBackoff time.Duration
-	// SettingsTTL is how long a lease may use namespace settings read before.
-	SettingsTTL time.Duration
+	// Failover is the backend's configuration of timeouts, backoff and the settings cache (a lease may
+	// use namespace settings read up to SettingsTTL before), with its defaults filled in.
+	allocator.Failover
 	// ReviveToRead makes a read of namespace settings that finds no server usable first revive the
 	// servers whose backoff has passed, rather than fail at once.
 	ReviveToRead bool

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
 func testConfig(c *allocatortest.Clock, logs *allocatortest.LogBuffer) *Config {
-	return &Config{Noun: "ticket server", Every: "every server", MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
-		AttemptTimeout: time.Second, Timeout: 2 * time.Second, SettingsTTL: time.Minute, IsFault: IsServerFault,
+	return &Config{Noun: "ticket server", Every: "every server", Failover: allocator.Failover{MinBackoff: 100 * time.Millisecond,
+		MaxBackoff: time.Second, AttemptTimeout: time.Second, Timeout: 2 * time.Second, SettingsTTL: time.Minute}, IsFault: IsServerFault,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: c.Now}
 }
 
