@@ -1,0 +1,3 @@
+module github.com/ticketd/ticketd/internal/backoff
+
+go 1.25.0
