@@ -43,6 +43,7 @@ require (
 	github.com/rs/xid v1.6.0
 	github.com/segmentio/ksuid v1.0.4
 	github.com/sony/sonyflake v1.2.0
+	github.com/ticketd/ticketd/client v0.0.0-00010101000000-000000000000
 	github.com/ticketd/ticketd/internal/backoff v0.0.0-00010101000000-000000000000
 	github.com/ticketd/ticketd/internal/hedge v0.0.0-00010101000000-000000000000
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -62,3 +63,5 @@ require (
 replace github.com/ticketd/ticketd/internal/backoff => ./internal/backoff
 
 replace github.com/ticketd/ticketd/internal/hedge => ./internal/hedge
+
+replace github.com/ticketd/ticketd/client => ./client

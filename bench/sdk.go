@@ -5,6 +5,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/inprocess"
 )
 
 // ticketRowName names the ticket row of the generation table.
@@ -17,7 +18,7 @@ func newTicketSource(_ context.Context, b allocator.Backend, ns string, size int
 	if size > 0 {
 		opts = append(opts, client.WithMinBlockSize(size))
 	}
-	c, err := client.New(client.FromBackend(b), ns, opts...)
+	c, err := client.New(inprocess.Source(b), ns, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

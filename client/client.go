@@ -48,12 +48,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
 )
 
-// Sentinel errors. Errors from a ticketd server also match the allocator's sentinel errors with
-// errors.Is (404 is allocator.ErrNotFound, 503 allocator.ErrUnavailable, and so on; see StatusError).
+// Sentinel errors, for errors.Is. A refill's error, which ErrUnavailable wraps, matches the one of the
+// server's answer (see StatusError) or the one a Backend wrapped.
 var (
 	// ErrUnavailable means no ID was cached and no source delivered a block before the caller's context
 	// ended or the WithMaxWait wait passed. It wraps the last refill error and the context's error.
@@ -75,7 +73,43 @@ var (
 	// ErrOverlap means a source returned a block that shares IDs with one this Client already used;
 	// the block is refused, and the refill retried.
 	ErrOverlap = errors.New("client: leased block overlaps a block already served")
+
+	// ErrInvalidNamespace means a namespace name is not 1 to 64 of a-z, 0-9, '_', '.' and '-', starting
+	// with a letter or a digit (HTTP 400 invalid_namespace).
+	ErrInvalidNamespace = errors.New("client: invalid namespace name")
+	// ErrInvalidSize means a lease asked for more IDs than the namespace allows (HTTP 400 invalid_size).
+	ErrInvalidSize = errors.New("client: invalid block size")
+	// ErrNotFound means the namespace does not exist (HTTP 404 namespace_not_found).
+	ErrNotFound = errors.New("client: namespace not found")
+	// ErrExhausted means the namespace has no ID left below its ceiling (HTTP 409 id_space_exhausted).
+	ErrExhausted = errors.New("client: ID space exhausted")
+	// ErrMisconfigured means the ticket servers' settings could issue duplicate IDs, so they serve none
+	// (HTTP 500 misconfigured).
+	ErrMisconfigured = errors.New("client: ticket server misconfigured")
+	// ErrServerUnavailable means no ticket server could serve the lease (HTTP 503, or any 5xx).
+	ErrServerUnavailable = errors.New("client: no ticket server available")
 )
+
+// Limits of a namespace, as ticketd sets them.
+const (
+	defaultMaxBlockSize = 1_000_000 // a namespace's maximum block size when it sets none
+	maxBlockSizeLimit   = 1 << 32   // the largest maximum block size a namespace may set
+	maxNameLength       = 64
+)
+
+// validateName refuses a namespace name that no ticketd server accepts, before any request.
+func validateName(name string) error {
+	ok := len(name) >= 1 && len(name) <= maxNameLength
+	for i := 0; ok && i < len(name); i++ {
+		ch := name[i]
+		ok = ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || i > 0 && (ch == '_' || ch == '.' || ch == '-')
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q must be 1 to 64 of a-z, 0-9, '_', '.' and '-', starting with a letter or a digit",
+			ErrInvalidNamespace, clip(name, 80))
+	}
+	return nil
+}
 
 const (
 	// numShards is the number of per-processor runs; processors beyond it share (atomically).
@@ -123,7 +157,7 @@ type shard struct {
 
 // lease is a block the Client holds.
 type lease struct {
-	blk     allocator.Block
+	blk     Block
 	carved  int64     // IDs handed to runs or callers
 	useBy   time.Time // when to stop serving it (a margin before its expiry); zero: never
 	revoked bool
@@ -248,8 +282,8 @@ func New(src Source, namespace string, opts ...Option) (*Client, error) {
 	if src == nil {
 		return nil, errors.New("client: a Source is required (client.HTTP or client.FromBackend)")
 	}
-	if err := allocator.ValidateName(namespace); err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+	if err := validateName(namespace); err != nil {
+		return nil, err
 	}
 	var cfg config
 	for _, o := range opts {

@@ -11,10 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/allocatortest"
-	"github.com/ticketd/ticketd/api"
 )
 
 func newClient(t testing.TB, src Source, ns string, opts ...Option) *Client {
@@ -44,7 +40,7 @@ func mustNext(t testing.TB, c *Client) int64 {
 }
 
 func TestNewRefusesBadArguments(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "ok"})
+	fake := newFake(testNS{Name: "ok"})
 	for _, tc := range []struct {
 		name string
 		src  Source
@@ -55,9 +51,9 @@ func TestNewRefusesBadArguments(t *testing.T) {
 	}{
 		{name: "nil source", src: nil, ns: "ok", msg: "Source is required"},
 		{name: "nil backend", src: FromBackend(nil), ns: "ok", msg: "backend is required"},
-		{name: "empty namespace", src: FromBackend(fake), ns: "", is: allocator.ErrInvalidNamespace},
-		{name: "upper-case namespace", src: FromBackend(fake), ns: "Orders", is: allocator.ErrInvalidNamespace},
-		{name: "namespace with a slash", src: HTTP("http://a"), ns: "a/b", is: allocator.ErrInvalidNamespace},
+		{name: "empty namespace", src: FromBackend(fake), ns: "", is: ErrInvalidNamespace},
+		{name: "upper-case namespace", src: FromBackend(fake), ns: "Orders", is: ErrInvalidNamespace},
+		{name: "namespace with a slash", src: HTTP("http://a"), ns: "a/b", is: ErrInvalidNamespace},
 		{name: "no URL", src: HTTP(), ns: "ok", msg: "at least one"},
 		{name: "ftp URL", src: HTTP("ftp://a"), ns: "ok", msg: "http:// or https://"},
 		{name: "no host", src: HTTP("http://"), ns: "ok", msg: "no host"},
@@ -117,7 +113,7 @@ func TestOptionsAreClamped(t *testing.T) {
 		{"too large", []Option{WithRefillInterval(1000 * time.Hour), WithMaxWait(1000 * time.Hour), WithRequestTimeout(time.Hour),
 			WithBackoff(time.Hour, 2*time.Hour), WithMaxBlockSize(1 << 40), WithMaxInFlight(1000)}, func(c config) error {
 			if c.refillInterval != time.Hour || c.maxWait != time.Hour || c.requestTimeout != 5*time.Minute ||
-				c.backoffMin != 10*time.Minute || c.backoffMax != 10*time.Minute || c.maxBlock != allocator.MaxBlockSizeLimit ||
+				c.backoffMin != 10*time.Minute || c.backoffMax != 10*time.Minute || c.maxBlock != maxBlockSizeLimit ||
 				c.maxInFlight != 64 {
 				return fmt.Errorf("%+v", c)
 			}
@@ -166,7 +162,7 @@ func TestOptionsAreClamped(t *testing.T) {
 // that they cross many block and run boundaries; no ID twice, every ID from a leased block, and the
 // counters add up.
 func TestUniqueUnderConcurrency(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "race", BlockSize: 500, MaxBlockSize: 5000})
+	fake := newFake(testNS{Name: "race", BlockSize: 500, MaxBlockSize: 5000})
 	c := newClient(t, FromBackend(fake), "race", WithMaxBlockSize(5000))
 	const goroutines, perG = 64, 20_000
 	set := newIDSet()
@@ -233,7 +229,7 @@ func TestUniqueUnderConcurrency(t *testing.T) {
 // leases are in flight at once and their blocks land in any order; no ID twice, and the counters add
 // up.
 func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "many", BlockSize: 1000, MaxBlockSize: 1000})
+	fake := newFake(testNS{Name: "many", BlockSize: 1000, MaxBlockSize: 1000})
 	fake.SetDelay(time.Millisecond)
 	c := newClient(t, FromBackend(fake), "many", WithMaxInFlight(8))
 	first := mustNext(t, c)
@@ -265,8 +261,8 @@ func TestUniqueWithSeveralLeasesInFlight(t *testing.T) {
 // TestEveryIDComesFromALeasedBlock checks the arithmetic: IDs are exactly the blocks' IDs, with a
 // step, served in full before the next block.
 func TestEveryIDComesFromALeasedBlock(t *testing.T) {
-	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"}, Step: 2,
-		Namespaces: []allocator.Namespace{{Name: "odd", BlockSize: 10, Start: 101}}})
+	fake := newFakeWith(fakeConfig{Step: 2,
+		Namespaces: []testNS{{Name: "odd", BlockSize: 10, Start: 101}}})
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one processor: its runs come in order
 	c := newClient(t, FromBackend(fake), "odd", WithMaxBlockSize(10), withProcs(1))
 	for i := range 95 {
@@ -288,11 +284,11 @@ func TestEveryIDComesFromALeasedBlock(t *testing.T) {
 // TestConcurrentCallersCauseOneFetch: while one refill is in flight, 64 callers that find the cache
 // empty all wait for that one; none starts another.
 func TestConcurrentCallersCauseOneFetch(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "one", BlockSize: 1000, MaxBlockSize: 1000})
+	fake := newFake(testNS{Name: "one", BlockSize: 1000, MaxBlockSize: 1000})
 	gate := fake.Gate(1)
 	// A frozen clock measures neither rate nor latency, so the low-water mark stays at 20% of the block
 	// and the refill after the callers' one is not due.
-	c := newClient(t, FromBackend(fake), "one", withProcs(2), withClock(allocatortest.NewClock()))
+	c := newClient(t, FromBackend(fake), "one", withProcs(2), withClock(newClock()))
 	for range 1000 {
 		mustNext(t, c)
 	}
@@ -345,10 +341,10 @@ func TestConcurrentCallersCauseOneFetch(t *testing.T) {
 // lands gives every processor a run before they wake, so that they take their IDs without queueing
 // for the lock; a caller alone carves its own run.
 func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "herd", BlockSize: 1000, MaxBlockSize: 1000})
+	fake := newFake(testNS{Name: "herd", BlockSize: 1000, MaxBlockSize: 1000})
 	gate := fake.Gate(1)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // every caller on processor 0
-	c := newClient(t, FromBackend(fake), "herd", withProcs(4), withClock(allocatortest.NewClock()))
+	c := newClient(t, FromBackend(fake), "herd", withProcs(4), withClock(newClock()))
 	for range 1000 {
 		mustNext(t, c)
 	}
@@ -378,7 +374,7 @@ func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
 	second := fake.Blocks()[1]
 	seen := map[int64]bool{}
 	for _, id := range got {
-		if seen[id] || !second.Contains(id) {
+		if seen[id] || !contains(second, id) {
 			t.Fatalf("ID %d: twice, or not from the block that landed %v", id, second)
 		}
 		seen[id] = true
@@ -393,20 +389,20 @@ func TestLandingBlockGivesEveryProcessorARun(t *testing.T) {
 // TestExpiredBlockIsNeverServed: with an injected clock, once a block's lease expires no ID of it is
 // returned, its rest is counted as discarded, and a new block is leased.
 func TestExpiredBlockIsNeverServed(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"}, Now: clk.Now,
-		Namespaces: []allocator.Namespace{{Name: "ttl", BlockSize: 1_000_000, LeaseTTL: 10 * time.Second}}})
+	clk := newClock()
+	fake := newFakeWith(fakeConfig{Now: clk.Now,
+		Namespaces: []testNS{{Name: "ttl", BlockSize: 1_000_000, LeaseTTL: 10 * time.Second}}})
 	c := newClient(t, FromBackend(fake), "ttl", withClock(clk), withProcs(2))
 	first := mustNext(t, c)
 	for range 9 {
 		mustNext(t, c)
 	}
 	blk := fake.Blocks()[0]
-	if !blk.Contains(first) {
+	if !contains(blk, first) {
 		t.Fatalf("first ID %d not from the first block %v", first, blk)
 	}
 	clk.Advance(9*time.Second + 400*time.Millisecond) // before the margin (10s/20 = 500ms): still good
-	if id := mustNext(t, c); !blk.Contains(id) {
+	if id := mustNext(t, c); !contains(blk, id) {
 		t.Fatalf("ID %d before expiry should still come from %v", id, blk)
 	}
 	if st := c.Stats(); st.Discarded != 0 {
@@ -440,7 +436,7 @@ func TestExpiredBlockIsNeverServed(t *testing.T) {
 				if err != nil {
 					return
 				}
-				if started && blk.Contains(id) {
+				if started && contains(blk, id) {
 					select {
 					case bad <- id:
 					default:
@@ -472,16 +468,16 @@ func TestExpiredBlockIsNeverServed(t *testing.T) {
 		}
 		return st.Refills == int64(len(fake.Blocks())) && st.Served+st.Cached+st.Discarded == leased
 	})
-	if id := mustNext(t, c); blk.Contains(id) {
+	if id := mustNext(t, c); contains(blk, id) {
 		t.Fatalf("ID %d from the expired block", id)
 	}
 }
 
 // TestExpiryDiscardCount: the exact count of IDs dropped at expiry, on one goroutine.
 func TestExpiryDiscardCount(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"}, Now: clk.Now,
-		Namespaces: []allocator.Namespace{{Name: "ttl", BlockSize: 100, MaxBlockSize: 100, LeaseTTL: time.Minute}}})
+	clk := newClock()
+	fake := newFakeWith(fakeConfig{Now: clk.Now,
+		Namespaces: []testNS{{Name: "ttl", BlockSize: 100, MaxBlockSize: 100, LeaseTTL: time.Minute}}})
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: no run left on another processor
 	c := newClient(t, FromBackend(fake), "ttl", withClock(clk), withProcs(1))
 	for range 30 {
@@ -500,10 +496,10 @@ func TestExpiryDiscardCount(t *testing.T) {
 // TestBlockArrivingExpiredIsRefused: a block whose expiry has passed when it lands (clocks that
 // disagree) is refused, not served.
 func TestBlockArrivingExpiredIsRefused(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := allocatortest.NewFake(allocatortest.Config{Servers: []string{"fake"},
+	clk := newClock()
+	fake := newFakeWith(fakeConfig{
 		Now:        func() time.Time { return clk.Now().Add(-time.Hour) }, // the server's clock is an hour behind
-		Namespaces: []allocator.Namespace{{Name: "skew", BlockSize: 100, LeaseTTL: time.Second}}})
+		Namespaces: []testNS{{Name: "skew", BlockSize: 100, LeaseTTL: time.Second}}})
 	c := newClient(t, FromBackend(fake), "skew", withClock(clk), WithMaxWait(50*time.Millisecond))
 	// The first lease starts with the Client; Next waits 50ms at most, which a busy machine can spend
 	// before that lease is answered at all.
@@ -520,9 +516,9 @@ func TestBlockArrivingExpiredIsRefused(t *testing.T) {
 // TestFailedRefillsBackOff: failures are retried after min, 2×min, 4×min… (jitter pinned to half),
 // never sooner.
 func TestFailedRefillsBackOff(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := newFake(allocator.Namespace{Name: "down"})
-	fake.SetLeaseErr(fmt.Errorf("%w: both ticket servers down", allocator.ErrUnavailable))
+	clk := newClock()
+	fake := newFake(testNS{Name: "down"})
+	fake.SetLeaseErr(fmt.Errorf("%w: both ticket servers down", ErrServerUnavailable))
 	c := newClient(t, FromBackend(fake), "down", withClock(clk), withJitter(0),
 		WithBackoff(100*time.Millisecond, 400*time.Millisecond), WithMaxWait(time.Millisecond))
 	eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
@@ -575,7 +571,7 @@ func TestBackoffJitter(t *testing.T) {
 // TestServesWhatIsLeftThenUnavailable: refills fail, the cached IDs are still served, then Next
 // returns ErrUnavailable by the context's deadline.
 func TestServesWhatIsLeftThenUnavailable(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
+	fake := newFake(testNS{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
 	fake.Gate(1) // the second lease never lands
 	c := newClient(t, FromBackend(fake), "rest", WithRequestTimeout(20*time.Millisecond))
 	seen := map[int64]bool{}
@@ -598,7 +594,7 @@ func TestServesWhatIsLeftThenUnavailable(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// WithMaxWait bounds a wait whose context has no deadline.
-	fake2 := newFake(allocator.Namespace{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
+	fake2 := newFake(testNS{Name: "rest", BlockSize: 300, MaxBlockSize: 300})
 	fake2.Gate(1)
 	c2 := newClient(t, FromBackend(fake2), "rest", WithMaxWait(30*time.Millisecond), WithRequestTimeout(20*time.Millisecond))
 	for range 300 {
@@ -615,14 +611,14 @@ func TestPermanentErrorsReturnAtOnce(t *testing.T) {
 	c := newClient(t, FromBackend(fake), "missing")
 	start := time.Now()
 	_, err := c.Next(ctxTimeout(t, 30*time.Second))
-	if !errors.Is(err, allocator.ErrNotFound) {
-		t.Fatalf("Next = %v, want allocator.ErrNotFound", err)
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Next = %v, want ErrNotFound", err)
 	}
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("waited %s for a permanent error", time.Since(start))
 	}
 	// Once the namespace exists, the retry (after backoff) succeeds.
-	if _, err := fake.CreateNamespace(context.Background(), allocator.Namespace{Name: "missing"}); err != nil {
+	if _, err := fake.CreateNamespace(context.Background(), testNS{Name: "missing"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a refill after the namespace appears", func() bool {
@@ -634,8 +630,8 @@ func TestPermanentErrorsReturnAtOnce(t *testing.T) {
 // TestAdaptiveBlockSize: the size follows rate × interval within the namespace's bounds, grows with
 // demand and shrinks when it drops.
 func TestAdaptiveBlockSize(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := newFake(allocator.Namespace{Name: "adapt", BlockSize: 1000, MaxBlockSize: 200_000})
+	clk := newClock()
+	fake := newFake(testNS{Name: "adapt", BlockSize: 1000, MaxBlockSize: 200_000})
 	c := newClient(t, FromBackend(fake), "adapt", withClock(clk), withProcs(1))
 	buf := make([]int64, 1)
 	take := func(n int) {
@@ -672,7 +668,7 @@ func TestAdaptiveBlockSize(t *testing.T) {
 // TestRequestSizeFollowsDemand: rate × interval within the bounds; a rising rate is followed at once, a
 // falling one decays by half per refill; a lease TTL caps the block at half of what it would use.
 func TestRequestSizeFollowsDemand(t *testing.T) {
-	clk := allocatortest.NewClock()
+	clk := newClock()
 	c := &Client{cfg: config{clock: clk, refillInterval: time.Second},
 		size: sizing{nsBlock: 1000, nsMax: 200_000, rateAt: clk.Now()}, count: counters{refills: 1}}
 	refill := func(perSecond int64) int64 {
@@ -725,7 +721,7 @@ func TestRequestSizeFollowsDemand(t *testing.T) {
 // block's worth of IDs was taken; leases that start one after another do not each measure almost
 // nothing and halve it.
 func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
-	clk := allocatortest.NewClock()
+	clk := newClock()
 	c := &Client{cfg: config{clock: clk}, size: sizing{lastSize: 1000, rateAt: clk.Now()}, count: counters{refills: 1}}
 	carve := func(after time.Duration, ids int64) float64 {
 		clk.Advance(after)
@@ -756,8 +752,8 @@ func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
 // TestRefusedSizeLowersTheCap: a source that does not tell the namespace's maximum refuses a large
 // block with ErrInvalidSize; the client asks for less at once.
 func TestRefusedSizeLowersTheCap(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := newFake(allocator.Namespace{Name: "cap", BlockSize: 100, MaxBlockSize: 3000})
+	clk := newClock()
+	fake := newFake(testNS{Name: "cap", BlockSize: 100, MaxBlockSize: 3000})
 	fake.SetNamespaceErr(errors.New("settings are for admins"))
 	c := newClient(t, FromBackend(fake), "cap", withClock(clk), withProcs(1))
 	buf := make([]int64, 100)
@@ -806,7 +802,7 @@ func TestLowWaterMark(t *testing.T) {
 // TestPlannedLatencyRemembersTheSlowest: the mark plans for the slower of the moving average and the
 // slowest recent refill, which is forgotten at half per second.
 func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
-	clk := allocatortest.NewClock()
+	clk := newClock()
 	c := &Client{cfg: config{clock: clk}}
 	step := func(after, took, want time.Duration) {
 		t.Helper()
@@ -828,7 +824,7 @@ func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
 // TestOverlappingBlockIsRefused: a source that hands out the same block twice (a restored ticket
 // database) does not make the client serve an ID twice.
 func TestOverlappingBlockIsRefused(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "dup", BlockSize: 100, MaxBlockSize: 100})
+	fake := newFake(testNS{Name: "dup", BlockSize: 100, MaxBlockSize: 100})
 	fake.SetRepeat(true)
 	c := newClient(t, FromBackend(fake), "dup", WithMaxWait(200*time.Millisecond), WithBackoff(time.Millisecond, 5*time.Millisecond))
 	seen := map[int64]bool{}
@@ -851,7 +847,7 @@ func TestOverlappingBlockIsRefused(t *testing.T) {
 // TestCloseStopsEverything: Close twice is fine, waiting callers return ErrClosed, later calls too,
 // and the lease goroutines are gone (goleak in TestMain checks the whole package).
 func TestCloseStopsEverything(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "close", BlockSize: 10, MaxBlockSize: 10})
+	fake := newFake(testNS{Name: "close", BlockSize: 10, MaxBlockSize: 10})
 	fake.Gate(1)
 	c, err := New(FromBackend(fake), "close")
 	if err != nil {
@@ -886,7 +882,7 @@ func TestCloseStopsEverything(t *testing.T) {
 // TestCloseDropsCachedIDs: IDs cached at Close are not served to anyone after it, also not to a
 // goroutine that was in the middle of Next.
 func TestCloseDropsCachedIDs(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "drop", BlockSize: 1_000_000})
+	fake := newFake(testNS{Name: "drop", BlockSize: 1_000_000})
 	c, err := New(FromBackend(fake), "drop")
 	if err != nil {
 		t.Fatal(err)
@@ -926,25 +922,25 @@ func TestStatusErrorMapping(t *testing.T) {
 		is        error
 		retryable bool
 	}{
-		{400, api.CodeInvalidNamespace, allocator.ErrInvalidNamespace, false},
-		{400, api.CodeInvalidSize, allocator.ErrInvalidSize, false},
-		{400, api.CodeInvalidJSON, ErrBadRequest, false},
-		{400, api.CodeUnknownField, ErrBadRequest, false},
-		{401, api.CodeMissingToken, ErrUnauthorized, false},
-		{401, api.CodeInvalidToken, ErrUnauthorized, false},
-		{403, api.CodeForbidden, ErrForbidden, false},
-		{404, api.CodeNotFound, allocator.ErrNotFound, false},
-		{404, api.CodeRouteNotFound, ErrBadResponse, true}, // a wrong base URL: try the next one
+		{400, "invalid_namespace", ErrInvalidNamespace, false},
+		{400, "invalid_size", ErrInvalidSize, false},
+		{400, "invalid_json", ErrBadRequest, false},
+		{400, "unknown_field", ErrBadRequest, false},
+		{401, "missing_token", ErrUnauthorized, false},
+		{401, "invalid_token", ErrUnauthorized, false},
+		{403, "forbidden", ErrForbidden, false},
+		{404, "namespace_not_found", ErrNotFound, false},
+		{404, "route_not_found", ErrBadResponse, true}, // a wrong base URL: try the next one
 		{404, "", ErrBadResponse, true},
-		{409, api.CodeExists, allocator.ErrExists, false},
-		{409, api.CodeExhausted, allocator.ErrExhausted, false},
-		{413, api.CodeBodyTooLarge, ErrBadRequest, false},
-		{429, api.CodeRateLimited, ErrRateLimited, true},
-		{500, api.CodeMisconfigured, allocator.ErrMisconfigured, true},
-		{500, api.CodeInternal, allocator.ErrUnavailable, true},
-		{503, api.CodeUnavailable, allocator.ErrUnavailable, true},
-		{503, api.CodeShuttingDown, allocator.ErrUnavailable, true},
-		{502, "", allocator.ErrUnavailable, true},
+		{409, "namespace_exists", ErrBadResponse, true}, // no lease can meet it: not one of the codes mapped
+		{409, "id_space_exhausted", ErrExhausted, false},
+		{413, "body_too_large", ErrBadRequest, false},
+		{429, "rate_limited", ErrRateLimited, true},
+		{500, "misconfigured", ErrMisconfigured, true},
+		{500, "internal", ErrServerUnavailable, true},
+		{503, "unavailable", ErrServerUnavailable, true},
+		{503, "shutting_down", ErrServerUnavailable, true},
+		{502, "", ErrServerUnavailable, true},
 		{418, "", ErrBadResponse, true},
 	} {
 		resp := &http.Response{StatusCode: tc.status, Header: http.Header{"Retry-After": {"3"}}}
@@ -1006,8 +1002,8 @@ func TestClaimNeverPassesTheRun(t *testing.T) {
 // several blocks; when demand falls it goes back to one lease at a time. A manual clock sets the rate
 // and the latency, and the backend holds every lease until the test lets it land, so nobody waits.
 func TestLeasesInFlightFollowDemand(t *testing.T) {
-	clk := allocatortest.NewClock()
-	fake := newFake(allocator.Namespace{Name: "pipe", BlockSize: 1000, MaxBlockSize: 1000})
+	clk := newClock()
+	fake := newFake(testNS{Name: "pipe", BlockSize: 1000, MaxBlockSize: 1000})
 	gate := fake.Gate(1)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: every cached ID is in Stats().Cached
 	c := newClient(t, FromBackend(fake), "pipe", withClock(clk), withProcs(1), WithMaxInFlight(4))

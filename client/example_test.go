@@ -4,82 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
+	"net/http"
 	"net/http/httptest"
-	"os"
+	"sync"
 	"time"
 
-	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/embedded"
 	"github.com/ticketd/ticketd/client"
-	"github.com/ticketd/ticketd/server"
 )
 
-// tempStore opens an embedded store in a new directory, with the namespace when one is given, and
-// returns it with the function that removes it.
-func tempStore(ns allocator.Namespace) (*embedded.Store, func()) {
-	dir, err := os.MkdirTemp("", "client-example")
-	if err != nil {
-		panic(err)
-	}
-	store, err := embedded.Open(embedded.Config{Dir: dir})
-	if err != nil {
-		panic(err)
-	}
-	if ns.Name != "" {
-		if _, err := store.CreateNamespace(context.Background(), ns); err != nil {
-			panic(err)
-		}
-	}
-	return store, func() { store.Close(); os.RemoveAll(dir) }
-}
-
-// An in-process client on the embedded store: no server, no network. With the MySQL pair, pass the
-// *mysql.Store that mysql.Open returns instead.
+// The SDK against ticketd servers: one Client per namespace, shared by every goroutine of the service.
+// (The server here is a stand-in that answers the one lease the example needs as ticketd would.)
 func Example() {
-	store, remove := tempStore(allocator.Namespace{Name: "orders", Start: 1000})
-	defer remove()
-	ctx := context.Background()
+	ticketd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `{"namespace":"orders","start":"1001","step":2,"size":1000,"last":"2999","expires_at":null,"server":"odd"}`)
+	}))
+	defer ticketd.Close()
 
-	ids, err := client.New(client.FromBackend(store), "orders")
-	if err != nil {
-		panic(err)
-	}
-	defer ids.Close()
-
-	batch := make([]int64, 5)
-	n, err := ids.NextN(ctx, batch)
-	fmt.Println(n, batch, err)
-
-	id, err := ids.Next(ctx)
-	fmt.Println(id > 1004, err)
-	// Output:
-	// 5 [1000 1001 1002 1003 1004] <nil>
-	// true <nil>
-}
-
-// A client of two ticketd servers with a namespace token. Here the servers run in-process on one
-// embedded store; in production they are `ticketd serve` replicas on the MySQL pair.
-func ExampleHTTP() {
-	store, remove := tempStore(allocator.Namespace{Name: "links", Start: 7000})
-	defer remove()
-	const token = "links-token-0123456789"
-	var urls []string
-	for range 2 {
-		srv, err := server.New(server.Config{Backend: store,
-			Auth:   server.Auth{Tokens: []server.NamespaceToken{{Namespace: "links", Token: token}}},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			panic(err)
-		}
-		defer srv.Close()
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
-		urls = append(urls, ts.URL)
-	}
-
-	ids, err := client.New(client.HTTP(urls...), "links", client.WithToken(token))
+	ids, err := client.New(client.HTTP(ticketd.URL), "orders", client.WithToken("the-namespace-token"))
 	if err != nil {
 		panic(err)
 	}
@@ -90,34 +32,60 @@ func ExampleHTTP() {
 	batch := make([]int64, 3)
 	n, err := ids.NextN(ctx, batch)
 	fmt.Println(n, batch, err)
-	st := ids.Stats()
-	fmt.Println(st.Served, st.Refills, len(st.Endpoints))
-	// Output:
-	// 3 [7000 7001 7002] <nil>
-	// 3 1 2
+	// Output: 3 [1001 1003 1005] <nil>
 }
 
-// Errors from the server come back as the allocator's sentinel errors.
-func ExampleStatusError() {
-	store, remove := tempStore(allocator.Namespace{})
-	defer remove()
-	srv, err := server.New(server.Config{Backend: store, Auth: server.Auth{Disabled: true},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+// counter is a Backend in memory: what a service's unit tests can run a Client on, with no server.
+type counter struct {
+	mu   sync.Mutex
+	next int64
+}
+
+func (c *counter) Lease(_ context.Context, namespace string, size int64) (client.Block, error) {
+	if size == 0 {
+		size = 100
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	blk := client.Block{Namespace: namespace, Server: "memory", Start: c.next, Step: 1, Size: size}
+	c.next += size
+	return blk, nil
+}
+
+func (c *counter) Settings(context.Context, string) (client.Settings, error) {
+	return client.Settings{BlockSize: 100, MaxBlockSize: 10_000}, nil
+}
+
+// A Client on a Backend of the caller's own, such as a test double. For ticketd's backends in the same
+// process (the MySQL pair, the embedded store), use the ticketd module's inprocess.Source.
+func ExampleFromBackend() {
+	ids, err := client.New(client.FromBackend(&counter{next: 1}), "test")
 	if err != nil {
 		panic(err)
 	}
-	defer srv.Close()
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+	defer ids.Close()
+	id, err := ids.Next(context.Background())
+	fmt.Println(id, err)
+	// Output: 1 <nil>
+}
 
-	ids, err := client.New(client.HTTP(ts.URL), "nosuch")
+// A server's error answer comes back as a StatusError that matches the SDK's sentinel errors.
+func ExampleStatusError() {
+	ticketd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintln(w, `{"error":{"code":"namespace_not_found","message":"namespace \"nosuch\" not found"}}`)
+	}))
+	defer ticketd.Close()
+
+	ids, err := client.New(client.HTTP(ticketd.URL), "nosuch")
 	if err != nil {
 		panic(err)
 	}
 	defer ids.Close()
 	_, err = ids.Next(context.Background())
 	var se *client.StatusError
-	fmt.Println(errors.Is(err, allocator.ErrNotFound), errors.As(err, &se) && se.Status == 404, se.Code)
+	fmt.Println(errors.Is(err, client.ErrNotFound), errors.As(err, &se) && se.Status == 404, se.Code)
 	// Output: true true namespace_not_found
 }
 

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
 )
 
 // FuzzServerAnswer feeds arbitrary answers to the two parsers of what a server sends: a lease's 200
@@ -21,13 +19,13 @@ func FuzzServerAnswer(f *testing.F) {
 	f.Add(429, "Wed, 21 Oct 2015 07:28:00 GMT", []byte(`{"error":{"code":"rate_limited","message":"slow down"}}`))
 	f.Add(404, "", []byte("<html>not found\x00\x1b[31m</html>"))
 	f.Add(400, "-1", []byte(`{"error":{"code":"invalid_size","message":"`+strings.Repeat("é", 400)+`"}}`))
-	sentinels := []error{allocator.ErrInvalidNamespace, allocator.ErrInvalidSize, allocator.ErrNotFound, allocator.ErrExists,
-		allocator.ErrExhausted, allocator.ErrMisconfigured, allocator.ErrUnavailable, ErrBadRequest, ErrUnauthorized,
+	sentinels := []error{ErrInvalidNamespace, ErrInvalidSize, ErrNotFound,
+		ErrExhausted, ErrMisconfigured, ErrServerUnavailable, ErrBadRequest, ErrUnauthorized,
 		ErrForbidden, ErrRateLimited, ErrBadResponse}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, status int, retry string, body []byte) {
 		if blk, err := parseBlock("http://x", "ns", body); err == nil {
-			if blk.Validate() != nil || blk.Namespace != "ns" {
+			if blk.validate() != nil || blk.Namespace != "ns" {
 				t.Fatalf("accepted %+v", blk)
 			}
 		} else if !errors.Is(err, ErrBadResponse) {

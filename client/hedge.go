@@ -4,7 +4,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/hedge"
 )
 
@@ -123,7 +122,7 @@ func (c *Client) settleLocked(r *refill, hedge bool, err error) bool {
 // block, or the mark and WithRefillInterval's worth of IDs at the current rate when blocks are capped
 // below that. Otherwise, or when it overlaps a block already received, it is dropped: a gap, never
 // served.
-func (c *Client) spareLocked(blk allocator.Block, useBy time.Time, now time.Time) {
+func (c *Client) spareLocked(blk Block, useBy time.Time, now time.Time) {
 	if c.life.closed {
 		return
 	}

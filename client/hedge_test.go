@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/internal/hedge"
 )
 
@@ -29,7 +27,7 @@ type hangingServer struct {
 	waiting atomic.Int32 // requests held now
 }
 
-func startHanging(t *testing.T, be allocator.Backend) *hangingServer {
+func startHanging(t *testing.T, be Backend) *hangingServer {
 	t.Helper()
 	s := &hangingServer{contractServer: &contractServer{be: be}, release: make(chan struct{})}
 	h := s.handler()
@@ -154,7 +152,7 @@ func TestLowWaterMarkCoversTheHedgeDelay(t *testing.T) {
 // request timeout; the hung URL is skipped with backoff once a hedge outpaced it; when it answers at
 // last, its blocks are spares, kept or dropped, and no ID comes twice.
 func TestHedgeAroundAHungURL(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "h", BlockSize: 50, MaxBlockSize: 50})
+	fake := newFake(testNS{Name: "h", BlockSize: 50, MaxBlockSize: 50})
 	hung, ok := startHanging(t, fake), startHanging(t, fake)
 	c := newClient(t, HTTP(hung.srv.URL, ok.srv.URL), "h", WithRequestTimeout(time.Minute),
 		WithHedgeDelay(10*time.Millisecond), WithBackoff(time.Millisecond, 20*time.Millisecond))
@@ -220,14 +218,14 @@ func TestHedgeAroundAHungURL(t *testing.T) {
 // top it up to, dropped (a gap) when it is full, refused when it overlaps one received, and a gap
 // after Close.
 func TestSpares(t *testing.T) {
-	blk := func(start int64) allocator.Block {
-		return allocator.Block{Namespace: "s", Start: start, Step: 1, Size: 100}
+	blk := func(start int64) Block {
+		return Block{Namespace: "s", Start: start, Step: 1, Size: 100}
 	}
 	for _, tc := range []struct {
 		name                string
 		cached, lowWater    int64
 		rate                float64
-		spare               allocator.Block
+		spare               Block
 		closed              bool
 		kept, dropped, errs int64
 	}{
@@ -238,7 +236,7 @@ func TestSpares(t *testing.T) {
 		{name: "closed", cached: 100, lowWater: 50, spare: blk(1000), closed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Client{cfg: config{clock: allocatortest.NewClock()}.withDefaults(), waiters: waiters{avail: make(chan struct{})},
+			c := &Client{cfg: config{clock: newClock()}.withDefaults(), waiters: waiters{avail: make(chan struct{})},
 				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, life: lifecycle{closed: tc.closed}}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
 			c.ledger.uncarved = tc.cached
@@ -253,15 +251,15 @@ func TestSpares(t *testing.T) {
 // TestOneURLOnlyCountsSlowRefills: with nowhere to hedge to, a refill past the hedge delay is counted
 // and nothing else changes: no second lease, and the mark does not cover the delay.
 func TestOneURLOnlyCountsSlowRefills(t *testing.T) {
-	for name, src := range map[string]func(*allocatortest.Fake) Source{
-		"FromBackend": func(f *allocatortest.Fake) Source { return FromBackend(f) },
-		"one URL": func(f *allocatortest.Fake) Source {
+	for name, src := range map[string]func(*fake) Source{
+		"FromBackend": func(f *fake) Source { return FromBackend(f) },
+		"one URL": func(f *fake) Source {
 			_, srv := startContract(t, f, "")
 			return HTTP(srv.URL)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			fake := newFake(allocator.Namespace{Name: "one", BlockSize: 100, MaxBlockSize: 100})
+			fake := newFake(testNS{Name: "one", BlockSize: 100, MaxBlockSize: 100})
 			fake.SetDelay(100 * time.Millisecond)
 			c := newClient(t, src(fake), "one", WithHedgeDelay(5*time.Millisecond))
 			for range 5 * 100 {
@@ -282,7 +280,7 @@ func TestOneURLOnlyCountsSlowRefills(t *testing.T) {
 // round-robin as it was: every URL still gets its share of first requests, however many such hedges
 // come between them (once, each took a turn, and with two URLs one of them could get none).
 func TestSettledHedgesTakeNoTurn(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "r", BlockSize: 10})
+	fake := newFake(testNS{Name: "r", BlockSize: 10})
 	a, b := startHanging(t, fake), startHanging(t, fake)
 	cfg := config{}.withDefaults()
 	l, err := HTTP(a.srv.URL, b.srv.URL).open("r", &cfg)
@@ -308,7 +306,7 @@ func TestSettledHedgesTakeNoTurn(t *testing.T) {
 // TestLoserDoesNotFailOver: once the other request settled the refill, a request whose URL fails ends
 // there instead of leasing another block elsewhere; and a hedge asks the other URL first.
 func TestLoserDoesNotFailOver(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "l", BlockSize: 10})
+	fake := newFake(testNS{Name: "l", BlockSize: 10})
 	hung, ok := startHanging(t, fake), startHanging(t, fake)
 	hung.hang.Store(true)
 	cfg := config{requestTimeout: 200 * time.Millisecond}.withDefaults()
@@ -351,7 +349,7 @@ func TestLoserDoesNotFailOver(t *testing.T) {
 // TestHedgesLeaveNoDuplicate: two URLs, one of which answers some requests late, many goroutines and
 // a short hedge delay: many refills are hedged, their spares kept or dropped, and no ID comes twice.
 func TestHedgesLeaveNoDuplicate(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "d", BlockSize: 100, MaxBlockSize: 2000})
+	fake := newFake(testNS{Name: "d", BlockSize: 100, MaxBlockSize: 2000})
 	flaky, ok := startHanging(t, fake), startHanging(t, fake)
 	c := newClient(t, HTTP(flaky.srv.URL, ok.srv.URL), "d", WithHedgeDelay(2*time.Millisecond),
 		WithRefillInterval(10*time.Millisecond))

@@ -17,8 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/internal/backoff"
 )
 
@@ -141,7 +139,7 @@ func (h *httpLeaser) paths() int { return len(h.eps) }
 // errSettled ends a request whose refill the other request settled, instead of a failover.
 var errSettled = errors.New("client: the refill was settled by its other request")
 
-func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool) (allocator.Block, error) {
+func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool) (Block, error) {
 	order := h.order(hedge)
 	first := r.first.Load()
 	if i := slices.Index(order, first); hedge && i >= 0 {
@@ -151,7 +149,7 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 	var exhausted error
 	for _, ep := range order {
 		if r.settled.Load() {
-			return allocator.Block{}, errSettled
+			return Block{}, errSettled
 		}
 		if !hedge {
 			r.first.Store(ep)
@@ -168,25 +166,25 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 			return blk, nil
 		}
 		if ctx.Err() != nil {
-			return allocator.Block{}, err
+			return Block{}, err
 		}
-		if errors.Is(err, allocator.ErrExhausted) {
+		if errors.Is(err, ErrExhausted) {
 			// No ID is left below the namespace's ceiling, but another ticketd's segments may still
 			// hold the last ones: ask the other URLs before giving up.
 			exhausted = err
 			continue
 		}
 		if !retryable(err) {
-			return allocator.Block{}, err
+			return Block{}, err
 		}
 		ep.down(h.clock.Now(), err, h.wait(ep))
 		r.failedOver.Store(true)
 		errs = append(errs, err)
 	}
 	if exhausted != nil {
-		return allocator.Block{}, exhausted
+		return Block{}, exhausted
 	}
-	return allocator.Block{}, fmt.Errorf("%w: every ticketd URL failed: %w", allocator.ErrUnavailable, errors.Join(errs...))
+	return Block{}, fmt.Errorf("%w: every ticketd URL failed: %w", ErrServerUnavailable, errors.Join(errs...))
 }
 
 // wait is how long ep is skipped after its next failure.
@@ -270,36 +268,81 @@ func (h *httpLeaser) do(ctx context.Context, ep *endpoint, method, path string, 
 	return data, nil
 }
 
-func (h *httpLeaser) leaseFrom(ctx context.Context, ep *endpoint, size int64) (allocator.Block, error) {
-	req := api.BlockRequest{}
+func (h *httpLeaser) leaseFrom(ctx context.Context, ep *endpoint, size int64) (Block, error) {
+	body := []byte("{}")
 	if size > 0 {
-		req.Size = &size
+		body = fmt.Appendf(nil, `{"size":%d}`, size)
 	}
-	body, _ := json.Marshal(req)
 	data, err := h.do(ctx, ep, http.MethodPost, "/v1/namespaces/"+h.ns+"/blocks", body)
 	if err != nil {
-		return allocator.Block{}, err
+		return Block{}, err
 	}
 	return parseBlock(ep.base, h.ns, data)
 }
 
-// parseBlock decodes a 200 answer to a lease: a valid block of namespace ns, or ErrBadResponse.
-func parseBlock(base, ns string, data []byte) (allocator.Block, error) {
-	var wb api.Block
-	if err := json.Unmarshal(data, &wb); err != nil {
-		return allocator.Block{}, fmt.Errorf("%w: %s: block is not JSON: %w", ErrBadResponse, base, err)
+// wireBlock is a block as the API carries it: IDs are decimal strings, since they pass 2^53.
+type wireBlock struct {
+	Namespace string     `json:"namespace"`
+	Start     string     `json:"start"`
+	Step      int64      `json:"step"`
+	Size      int64      `json:"size"`
+	Last      string     `json:"last"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Server    string     `json:"server"`
+}
+
+// wireSettings is the part of a namespace as GET /v1/namespaces/{ns} shows it that a Client reads.
+type wireSettings struct {
+	BlockSize    int64  `json:"block_size"`
+	MaxBlockSize int64  `json:"max_block_size"`
+	LeaseTTL     string `json:"lease_ttl"`
+}
+
+// wireError is every error answer: {"error":{"code":"…","message":"…"}}.
+type wireError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// parseID parses a decimal ID: 1 to 19 digits, no sign, at most the largest int64.
+func parseID(s string) (int64, error) {
+	if s == "" || len(s) > 19 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("ID %q is not 1 to 19 decimal digits", clip(s, 40))
 	}
-	blk, err := wb.ToBlock()
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// parseBlock decodes a 200 answer to a lease: a valid block of namespace ns, or ErrBadResponse.
+func parseBlock(base, ns string, data []byte) (Block, error) {
+	var wb wireBlock
+	if err := json.Unmarshal(data, &wb); err != nil {
+		return Block{}, fmt.Errorf("%w: %s: block is not JSON: %w", ErrBadResponse, base, err)
+	}
+	start, err := parseID(wb.Start)
 	if err != nil {
-		return allocator.Block{}, fmt.Errorf("%w: %s: %w", ErrBadResponse, base, err)
+		return Block{}, fmt.Errorf("%w: %s: block start: %w", ErrBadResponse, base, err)
+	}
+	blk := Block{Namespace: wb.Namespace, Server: wb.Server, Start: start, Step: wb.Step, Size: wb.Size}
+	if wb.ExpiresAt != nil {
+		blk.ExpiresAt = *wb.ExpiresAt
+	}
+	last, ok := blk.last()
+	if !ok {
+		return Block{}, fmt.Errorf("%w: %s: %w", ErrBadResponse, base, blk.validate())
+	}
+	if wb.Last != "" && wb.Last != strconv.FormatInt(last, 10) {
+		return Block{}, fmt.Errorf("%w: %s: block last %q is not start %d + (%d-1)×%d = %d",
+			ErrBadResponse, base, clip(wb.Last, 40), start, blk.Size, blk.Step, last)
 	}
 	if blk.Namespace != ns {
-		return allocator.Block{}, fmt.Errorf("%w: %s: asked for a block of %s, got one of %q", ErrBadResponse, base, ns, clip(blk.Namespace, 80))
+		return Block{}, fmt.Errorf("%w: %s: asked for a block of %s, got one of %q", ErrBadResponse, base, ns, clip(blk.Namespace, 80))
 	}
 	return blk, nil
 }
 
-func (h *httpLeaser) settings(ctx context.Context) (allocator.Namespace, error) {
+func (h *httpLeaser) settings(ctx context.Context) (Settings, error) {
 	var errs []error
 	for _, ep := range h.order(false) {
 		data, err := h.do(ctx, ep, http.MethodGet, "/v1/namespaces/"+h.ns, nil)
@@ -310,42 +353,36 @@ func (h *httpLeaser) settings(ctx context.Context) (allocator.Namespace, error) 
 			}
 			break
 		}
-		var wn api.Namespace
+		var wn wireSettings
 		if err := json.Unmarshal(data, &wn); err != nil {
-			return allocator.Namespace{}, fmt.Errorf("%w: %s: namespace is not JSON: %w", ErrBadResponse, ep.base, err)
+			return Settings{}, fmt.Errorf("%w: %s: namespace is not JSON: %w", ErrBadResponse, ep.base, err)
 		}
-		ns := allocator.Namespace{Name: wn.Name, BlockSize: wn.BlockSize, MaxBlockSize: wn.MaxBlockSize}
-		if wn.MaxID != "" { // absent from servers older than the ceiling: the default
-			if ns.MaxID, err = api.ParseID(wn.MaxID); err != nil {
-				return allocator.Namespace{}, fmt.Errorf("%w: %s: max_id: %w", ErrBadResponse, ep.base, err)
-			}
-		}
+		ns := Settings{BlockSize: wn.BlockSize, MaxBlockSize: wn.MaxBlockSize}
 		if wn.LeaseTTL != "" {
 			ttl, err := time.ParseDuration(wn.LeaseTTL)
 			if err != nil || ttl < 0 {
-				return allocator.Namespace{}, fmt.Errorf("%w: %s: lease_ttl %q", ErrBadResponse, ep.base, wn.LeaseTTL)
+				return Settings{}, fmt.Errorf("%w: %s: lease_ttl %q", ErrBadResponse, ep.base, wn.LeaseTTL)
 			}
 			ns.LeaseTTL = ttl
 		}
 		return ns, nil
 	}
-	return allocator.Namespace{}, errors.Join(errs...)
+	return Settings{}, errors.Join(errs...)
 }
 
 // StatusError is an answer other than 200 from a ticketd server. It unwraps to the sentinel error of
-// its code (see package api), or of its status when the code is not one of ticketd's, for errors.Is:
+// its code (see the HTTP API), or of its status when the code is not one of ticketd's, for errors.Is:
 //
-//	400 invalid_namespace                 allocator.ErrInvalidNamespace
-//	400 invalid_size                      allocator.ErrInvalidSize
+//	400 invalid_namespace                 ErrInvalidNamespace
+//	400 invalid_size                      ErrInvalidSize
 //	400, 413 otherwise                    ErrBadRequest
 //	401 missing_token, invalid_token      ErrUnauthorized
 //	403 forbidden                         ErrForbidden
-//	404 namespace_not_found               allocator.ErrNotFound
-//	409 namespace_exists                  allocator.ErrExists
-//	409 id_space_exhausted                allocator.ErrExhausted
+//	404 namespace_not_found               ErrNotFound
+//	409 id_space_exhausted                ErrExhausted
 //	429 rate_limited                      ErrRateLimited
-//	500 misconfigured                     allocator.ErrMisconfigured
-//	503 and other 5xx                     allocator.ErrUnavailable
+//	500 misconfigured                     ErrMisconfigured
+//	503 and other 5xx                     ErrServerUnavailable
 //	anything else (a proxy, a wrong URL)  ErrBadResponse
 type StatusError struct {
 	// URL is the base URL of the server that answered.
@@ -374,7 +411,7 @@ func (e *StatusError) Unwrap() error { return e.err }
 
 func statusError(base string, resp *http.Response, body []byte, now time.Time) *StatusError {
 	e := &StatusError{URL: base, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now)}
-	var wire api.Error
+	var wire wireError
 	if json.Unmarshal(body, &wire) == nil && (wire.Error.Code != "" || wire.Error.Message != "") {
 		e.Code, e.Message = clip(wire.Error.Code, 64), clip(wire.Error.Message, 300)
 	} else if len(body) > 0 {
@@ -384,20 +421,19 @@ func statusError(base string, resp *http.Response, body []byte, now time.Time) *
 	return e
 }
 
-// byCode maps ticketd's error codes back to the sentinel errors the server mapped to them.
+// byCode maps the error codes of ticketd's API that a lease may meet to their sentinel errors.
 var byCode = map[string]error{
-	api.CodeInvalidNamespace: allocator.ErrInvalidNamespace,
-	api.CodeInvalidSize:      allocator.ErrInvalidSize,
-	api.CodeMissingToken:     ErrUnauthorized,
-	api.CodeInvalidToken:     ErrUnauthorized,
-	api.CodeForbidden:        ErrForbidden,
-	api.CodeNotFound:         allocator.ErrNotFound,
-	api.CodeExists:           allocator.ErrExists,
-	api.CodeExhausted:        allocator.ErrExhausted,
-	api.CodeRateLimited:      ErrRateLimited,
-	api.CodeMisconfigured:    allocator.ErrMisconfigured,
-	api.CodeUnavailable:      allocator.ErrUnavailable,
-	api.CodeShuttingDown:     allocator.ErrUnavailable,
+	"invalid_namespace":   ErrInvalidNamespace,
+	"invalid_size":        ErrInvalidSize,
+	"missing_token":       ErrUnauthorized,
+	"invalid_token":       ErrUnauthorized,
+	"forbidden":           ErrForbidden,
+	"namespace_not_found": ErrNotFound,
+	"id_space_exhausted":  ErrExhausted,
+	"rate_limited":        ErrRateLimited,
+	"misconfigured":       ErrMisconfigured,
+	"unavailable":         ErrServerUnavailable,
+	"shutting_down":       ErrServerUnavailable,
 }
 
 // sentinelFor maps an error answer back to a sentinel error: by ticketd's code, else by status.
@@ -415,7 +451,7 @@ func sentinelFor(status int, code string) error {
 	case status == http.StatusTooManyRequests:
 		return ErrRateLimited
 	case status >= 500:
-		return allocator.ErrUnavailable
+		return ErrServerUnavailable
 	}
 	return ErrBadResponse // e.g. 404 route_not_found: this URL is not a ticketd API v1
 }

@@ -8,22 +8,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
-	"github.com/ticketd/ticketd/allocator/allocatortest"
-	"github.com/ticketd/ticketd/api"
 )
 
 // contractServer answers the two routes the SDK uses the way API v1 specifies them, on top of a
 // backend: POST /v1/namespaces/{ns}/blocks and GET /v1/namespaces/{ns}, bearer tokens, and errors as
 // {"error":{"code","message"}} with their statuses.
 type contractServer struct {
-	be       allocator.Backend
+	be       Backend
 	token    string // the namespace's token; empty: no auth
 	leases   atomic.Int64
 	lastAuth atomic.Value // the last Authorization header
@@ -39,46 +36,49 @@ func (s *contractServer) handler() http.Handler {
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, 4097))
 		if err != nil || len(body) > 4096 {
-			writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, "the body must be at most 4 KiB")
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "the body must be at most 4 KiB")
 			return
 		}
 		s.mu.Lock()
 		s.bodies = append(s.bodies, string(body))
 		s.mu.Unlock()
-		var req api.BlockRequest
+		var req struct {
+			Size *int64 `json:"size"`
+		}
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
 		if len(body) > 0 {
 			if err := dec.Decode(&req); err != nil {
-				writeError(w, http.StatusBadRequest, api.CodeInvalidJSON, err.Error())
+				writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 				return
 			}
 		}
 		size := int64(0)
 		if req.Size != nil {
 			if size = *req.Size; size < 1 {
-				writeError(w, http.StatusBadRequest, api.CodeInvalidSize, "size must be 1 or more")
+				writeError(w, http.StatusBadRequest, "invalid_size", "size must be 1 or more")
 				return
 			}
 		}
 		blk, err := s.be.Lease(r.Context(), r.PathValue("ns"), size)
 		if err != nil {
-			writeAllocatorError(w, err)
+			writeBackendError(w, err)
 			return
 		}
 		s.leases.Add(1)
-		writeJSON(w, http.StatusOK, api.FromBlock(blk))
+		writeJSON(w, http.StatusOK, wireOf(blk))
 	})
 	mux.HandleFunc("GET /v1/namespaces/{ns}", func(w http.ResponseWriter, r *http.Request) {
 		if !s.auth(w, r) {
 			return
 		}
-		ns, err := s.be.Namespace(r.Context(), r.PathValue("ns"))
+		ns, err := s.be.Settings(r.Context(), r.PathValue("ns"))
 		if err != nil {
-			writeAllocatorError(w, err)
+			writeBackendError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, api.FromNamespace(ns))
+		writeJSON(w, http.StatusOK, map[string]any{"name": r.PathValue("ns"), "block_size": ns.BlockSize,
+			"max_block_size": ns.MaxBlockSize, "lease_ttl": ns.LeaseTTL.String(), "start": "1", "max_id": "9223372036854775807"})
 	})
 	return mux
 }
@@ -90,10 +90,10 @@ func (s *contractServer) auth(w http.ResponseWriter, r *http.Request) bool {
 	case s.token == "":
 		return true
 	case h == "":
-		writeError(w, http.StatusUnauthorized, api.CodeMissingToken, "send Authorization: Bearer <token>")
+		writeError(w, http.StatusUnauthorized, "missing_token", "send Authorization: Bearer <token>")
 		return false
 	case h != "Bearer "+s.token:
-		writeError(w, http.StatusForbidden, api.CodeForbidden, "this token is not valid for the namespace")
+		writeError(w, http.StatusForbidden, "forbidden", "this token is not valid for the namespace")
 		return false
 	}
 	return true
@@ -106,26 +106,40 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{Error: api.ErrorBody{Code: code, Message: msg}})
+	var e wireError
+	e.Error.Code, e.Error.Message = code, msg
+	writeJSON(w, status, e)
 }
 
-func writeAllocatorError(w http.ResponseWriter, err error) {
+// wireOf is a block as API v1 sends it.
+func wireOf(b Block) wireBlock {
+	last, _ := b.last()
+	w := wireBlock{Namespace: b.Namespace, Start: strconv.FormatInt(b.Start, 10), Step: b.Step, Size: b.Size,
+		Last: strconv.FormatInt(last, 10), Server: b.Server}
+	if !b.ExpiresAt.IsZero() {
+		t := b.ExpiresAt.UTC()
+		w.ExpiresAt = &t
+	}
+	return w
+}
+
+func writeBackendError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, allocator.ErrNotFound):
-		writeError(w, http.StatusNotFound, api.CodeNotFound, err.Error())
-	case errors.Is(err, allocator.ErrInvalidNamespace):
-		writeError(w, http.StatusBadRequest, api.CodeInvalidNamespace, err.Error())
-	case errors.Is(err, allocator.ErrInvalidSize):
-		writeError(w, http.StatusBadRequest, api.CodeInvalidSize, err.Error())
-	case errors.Is(err, allocator.ErrExhausted):
-		writeError(w, http.StatusConflict, api.CodeExhausted, err.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "namespace_not_found", err.Error())
+	case errors.Is(err, ErrInvalidNamespace):
+		writeError(w, http.StatusBadRequest, "invalid_namespace", err.Error())
+	case errors.Is(err, ErrInvalidSize):
+		writeError(w, http.StatusBadRequest, "invalid_size", err.Error())
+	case errors.Is(err, ErrExhausted):
+		writeError(w, http.StatusConflict, "id_space_exhausted", err.Error())
 	default:
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no ticket server usable")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "no ticket server usable")
 	}
 }
 
-func startContract(t *testing.T, be allocator.Backend, token string) (*contractServer, *httptest.Server) {
+func startContract(t *testing.T, be Backend, token string) (*contractServer, *httptest.Server) {
 	t.Helper()
 	cs := &contractServer{be: be, token: token}
 	srv := httptest.NewServer(cs.handler())
@@ -136,7 +150,7 @@ func startContract(t *testing.T, be allocator.Backend, token string) (*contractS
 // TestHTTPUniqueAcrossTwoServers: two servers over one backend, many goroutines; round-robin reaches
 // both, and no ID comes twice.
 func TestHTTPUniqueAcrossTwoServers(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "orders", BlockSize: 200, MaxBlockSize: 10_000})
+	fake := newFake(testNS{Name: "orders", BlockSize: 200, MaxBlockSize: 10_000})
 	a, srvA := startContract(t, fake, "tok")
 	b, srvB := startContract(t, fake, "tok")
 	c := newClient(t, HTTP(srvA.URL, srvB.URL+"/"), "orders", WithToken("tok"), WithRefillInterval(10*time.Millisecond))
@@ -178,7 +192,7 @@ func TestHTTPUniqueAcrossTwoServers(t *testing.T) {
 // TestHTTPFailoverAndBothDown: one server goes away mid-run and IDs keep flowing from the other; then
 // both are gone, the cached IDs are still served, and then Next returns ErrUnavailable.
 func TestHTTPFailoverAndBothDown(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "links", BlockSize: 100, MaxBlockSize: 1000})
+	fake := newFake(testNS{Name: "links", BlockSize: 100, MaxBlockSize: 1000})
 	_, srvA := startContract(t, fake, "")
 	_, srvB := startContract(t, fake, "")
 	c := newClient(t, HTTP(srvA.URL, srvB.URL), "links", WithRefillInterval(10*time.Millisecond),
@@ -232,8 +246,8 @@ func TestHTTPFailoverAndBothDown(t *testing.T) {
 	srvA.CloseClientConnections()
 	srvA.Close()
 	after, err := drain(c, set, 300*time.Millisecond)
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, allocator.ErrUnavailable) {
-		t.Fatalf("with both servers gone: %v, want ErrUnavailable (client and allocator)", err)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrServerUnavailable) {
+		t.Fatalf("with both servers gone: %v, want ErrUnavailable and ErrServerUnavailable", err)
 	}
 	set.check(t, served.Load()+after)
 	if after == 0 {
@@ -243,7 +257,7 @@ func TestHTTPFailoverAndBothDown(t *testing.T) {
 }
 
 func TestHTTPAuthErrors(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "sec"})
+	fake := newFake(testNS{Name: "sec"})
 	_, srv := startContract(t, fake, "right")
 	for _, tc := range []struct {
 		name  string
@@ -277,8 +291,8 @@ func TestHTTPNotFound(t *testing.T) {
 	c := newClient(t, HTTP(srv.URL), "nosuch")
 	_, err := c.Next(ctxTimeout(t, 20*time.Second))
 	var se *StatusError
-	if !errors.Is(err, allocator.ErrNotFound) || !errors.As(err, &se) || se.Status != 404 || se.Code != api.CodeNotFound {
-		t.Fatalf("Next = %v, want a 404 StatusError matching allocator.ErrNotFound", err)
+	if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Status != 404 || se.Code != "namespace_not_found" {
+		t.Fatalf("Next = %v, want a 404 StatusError matching ErrNotFound", err)
 	}
 }
 
@@ -305,7 +319,7 @@ func TestHTTPBadAnswersFailOver(t *testing.T) {
 				fmt.Fprint(w, tc.body)
 			}))
 			defer bad.Close()
-			fake := newFake(allocator.Namespace{Name: "ns", BlockSize: 10, MaxBlockSize: 10})
+			fake := newFake(testNS{Name: "ns", BlockSize: 10, MaxBlockSize: 10})
 			_, srv := startContract(t, fake, "")
 			c := newClient(t, HTTP(bad.URL, srv.URL), "ns", WithBackoff(time.Millisecond, 2*time.Millisecond))
 			for range 100 {
@@ -333,7 +347,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 				writeError(w, status, "busy", "try later")
 			}))
 			defer srv.Close()
-			clk := allocatortest.NewClock()
+			clk := newClock()
 			c := newClient(t, HTTP(srv.URL), "ns", withClock(clk), WithMaxWait(time.Millisecond))
 			eventually(t, "the first failure", func() bool { return c.Stats().RefillErrors == 1 })
 			c.mu.Lock()
@@ -344,7 +358,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 			}
 			clk.Advance(6 * time.Second)
 			_, err := c.Next(context.Background())
-			want := map[int]error{503: allocator.ErrUnavailable, 429: ErrRateLimited}[status]
+			want := map[int]error{503: ErrServerUnavailable, 429: ErrRateLimited}[status]
 			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, want) {
 				t.Fatalf("Next = %v, want ErrUnavailable wrapping %v", err, want)
 			}
@@ -361,7 +375,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 // TestHTTPLearnsTheNamespaceMaximum: the client reads the namespace's settings and never asks for more
 // than its maximum.
 func TestHTTPLearnsTheNamespaceMaximum(t *testing.T) {
-	fake := newFake(allocator.Namespace{Name: "max", BlockSize: 100, MaxBlockSize: 700, LeaseTTL: time.Hour})
+	fake := newFake(testNS{Name: "max", BlockSize: 100, MaxBlockSize: 700, LeaseTTL: time.Hour})
 	_, srv := startContract(t, fake, "")
 	c := newClient(t, HTTP(srv.URL), "max")
 	buf := make([]int64, 50)

@@ -3,8 +3,6 @@ package client
 import (
 	"fmt"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
 )
 
 // ledger is the blocks a Client holds: those with IDs not yet carved into runs, those whose expiry
@@ -14,13 +12,13 @@ type ledger struct {
 	leases   []*lease // blocks with IDs not yet carved, oldest first
 	expiring []*lease // blocks with an expiry whose timer is armed
 	uncarved int64
-	recent   [maxInFlightLimit + 16]allocator.Block // the last blocks received, to refuse an overlapping one
+	recent   [maxInFlightLimit + 16]Block // the last blocks received, to refuse an overlapping one
 	recentN  int
 }
 
 // add records a block that landed, to be served until useBy (zero: no expiry), and returns its lease;
 // the caller arms the expiry timer of one that expires.
-func (g *ledger) add(blk allocator.Block, useBy time.Time) *lease {
+func (g *ledger) add(blk Block, useBy time.Time) *lease {
 	g.recent[g.recentN%len(g.recent)] = blk
 	g.recentN++
 	l := &lease{blk: blk, useBy: useBy}
@@ -107,7 +105,7 @@ func (g *ledger) blocks() int {
 }
 
 // overlap refuses a block that shares IDs with one of the last blocks received.
-func (g *ledger) overlap(blk allocator.Block) error {
+func (g *ledger) overlap(blk Block) error {
 	for i := range min(g.recentN, len(g.recent)) {
 		if overlaps(g.recent[i], blk) {
 			return fmt.Errorf("%w: %v and %v", ErrOverlap, g.recent[i], blk)

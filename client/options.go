@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/backoff"
 )
 
@@ -70,7 +69,7 @@ func WithRefillInterval(d time.Duration) Option { return func(c *config) { c.ref
 func WithMinBlockSize(n int64) Option { return func(c *config) { c.minBlock = n } }
 
 // WithMaxBlockSize sets the largest block the client asks for. Default and upper bound: the namespace's
-// maximum block size (allocator.DefaultMaxBlockSize when the source does not say).
+// maximum block size (defaultMaxBlockSize when the source does not say).
 func WithMaxBlockSize(n int64) Option { return func(c *config) { c.maxBlock = n } }
 
 // WithMaxWait bounds how long Next and NextN wait for a refill when no ID is cached, whatever the
@@ -144,8 +143,8 @@ func (c config) withDefaults() config {
 	if c.maxBlock < 0 {
 		c.maxBlock = 0
 	}
-	c.minBlock = min(c.minBlock, allocator.MaxBlockSizeLimit)
-	c.maxBlock = min(c.maxBlock, allocator.MaxBlockSizeLimit)
+	c.minBlock = min(c.minBlock, maxBlockSizeLimit)
+	c.maxBlock = min(c.maxBlock, maxBlockSizeLimit)
 	if c.minBlock > 0 && c.maxBlock > 0 && c.minBlock > c.maxBlock {
 		c.minBlock = c.maxBlock
 	}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
 )
 
 // retry starts the leases needed once a backoff has passed (from a timer).
@@ -102,12 +100,12 @@ func (c *Client) request(r *refill, hedge bool) {
 
 // finishLocked records the outcome of a lease and adds its block, to be served until useBy (zero:
 // no expiry), to the cache.
-func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, size int64, took time.Duration) {
+func (c *Client) finishLocked(blk Block, useBy time.Time, err error, size int64, took time.Duration) {
 	now := c.cfg.clock.Now()
 	if err != nil {
 		c.count.refillErrors++
 		c.retrying.lastErr = err
-		if errors.Is(err, allocator.ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
+		if errors.Is(err, ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
 			// The namespace's maximum is below what we asked; ask for less, at once.
 			c.size.sizeCap = size / 2
 			return
@@ -138,7 +136,7 @@ func (c *Client) finishLocked(blk allocator.Block, useBy time.Time, err error, s
 
 // cacheLocked adds a block, to be served until useBy (zero: no expiry), to the cache, and wakes the
 // callers waiting.
-func (c *Client) cacheLocked(blk allocator.Block, useBy, now time.Time) {
+func (c *Client) cacheLocked(blk Block, useBy, now time.Time) {
 	l := c.ledger.add(blk, useBy)
 	if !useBy.IsZero() {
 		l.stop = c.cfg.clock.AfterFunc(useBy.Sub(now), func() {
@@ -157,8 +155,8 @@ func (c *Client) cacheLocked(blk allocator.Block, useBy, now time.Time) {
 
 // checkBlock refuses a block that is malformed, of another namespace, or (nearly) expired; it returns
 // when to stop serving the block.
-func (c *Client) checkBlock(blk allocator.Block, now time.Time) (time.Time, error) {
-	if err := blk.Validate(); err != nil {
+func (c *Client) checkBlock(blk Block, now time.Time) (time.Time, error) {
+	if err := blk.validate(); err != nil {
 		return time.Time{}, fmt.Errorf("%w: %w", ErrBadResponse, err)
 	}
 	if blk.Namespace != "" && blk.Namespace != c.ns {
@@ -180,12 +178,12 @@ func (c *Client) checkBlock(blk allocator.Block, now time.Time) (time.Time, erro
 
 // overlaps reports whether two blocks of the same step and residue share an ID. Blocks of different
 // steps come from differently configured servers and are not compared.
-func overlaps(a, b allocator.Block) bool {
+func overlaps(a, b Block) bool {
 	if a.Step != b.Step || a.Step < 1 || (a.Start-b.Start)%a.Step != 0 {
 		return false
 	}
-	aLast, _ := a.Last()
-	bLast, _ := b.Last()
+	aLast, _ := a.last()
+	bLast, _ := b.last()
 	return a.Start <= bLast && b.Start <= aLast
 }
 
@@ -199,8 +197,8 @@ func permanent(err error) bool {
 	if errors.Is(err, ErrBadResponse) || errors.Is(err, ErrOverlap) {
 		return false // the server misbehaved; another answer may be fine
 	}
-	for _, e := range []error{allocator.ErrNotFound, allocator.ErrInvalidNamespace, allocator.ErrInvalidSize,
-		allocator.ErrExhausted, allocator.ErrClosed, ErrUnauthorized, ErrForbidden, ErrBadRequest} {
+	for _, e := range []error{ErrNotFound, ErrInvalidNamespace, ErrInvalidSize,
+		ErrExhausted, ErrClosed, ErrUnauthorized, ErrForbidden, ErrBadRequest} {
 		if errors.Is(err, e) {
 			return true
 		}

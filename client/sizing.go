@@ -3,8 +3,6 @@ package client
 import (
 	"math"
 	"time"
-
-	"github.com/ticketd/ticketd/allocator"
 )
 
 // sizing is the adaptation of the block size to demand: the rate IDs are taken at, how long refills
@@ -29,7 +27,7 @@ type sizing struct {
 // learnSettings takes the namespace's block size bounds and lease TTL, read once after the first
 // block. When the source cannot tell (an older server, a token that may not read settings), the
 // defaults stand and a refused size lowers the cap instead.
-func (s *sizing) learnSettings(ns allocator.Namespace, err error) {
+func (s *sizing) learnSettings(ns Settings, err error) {
 	if err != nil {
 		return
 	}
@@ -44,7 +42,7 @@ func (s *sizing) learnSettings(ns allocator.Namespace, err error) {
 
 // bounds returns the smallest and largest block size to ask for.
 func (s *sizing) bounds(cfg *config) (lo, hi int64) {
-	hi = int64(allocator.DefaultMaxBlockSize)
+	hi = int64(defaultMaxBlockSize)
 	if s.nsMax > 0 {
 		hi = s.nsMax
 	}

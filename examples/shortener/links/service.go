@@ -42,7 +42,6 @@ import (
 	"github.com/labstack/echo/v4"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/internal/ratelimit"
@@ -287,7 +286,7 @@ func (s *Service) createLink(c echo.Context) error {
 	// scramble key or setting (or by this very write, when Redis retried it); then the next ID is tried.
 	for range 3 {
 		id, err := s.ids.Next(ctx)
-		if errors.Is(err, allocator.ErrExhausted) {
+		if errors.Is(err, client.ErrExhausted) {
 			return s.codesExhausted()
 		}
 		if err != nil {
@@ -483,7 +482,7 @@ func (s *Service) healthz(c echo.Context) error {
 	h := Health{Status: "ok", Ticketd: "ok"}
 	err := s.ids.Stats().LastError
 	switch {
-	case !s.codesLeft.Load() || errors.Is(err, allocator.ErrExhausted):
+	case !s.codesLeft.Load() || errors.Is(err, client.ErrExhausted):
 		h.Status, h.Ticketd = "exhausted", s.exhaustedCause()
 	case err != nil:
 		h.Status, h.Ticketd = "degraded", "leases fail: "+TicketdCause(err)
@@ -511,7 +510,7 @@ func TicketdCause(err error) string {
 	}
 	var op *net.OpError
 	switch {
-	case errors.Is(err, allocator.ErrNotFound):
+	case errors.Is(err, client.ErrNotFound):
 		return "the namespace does not exist on ticketd (create it with ticketd namespace create)"
 	case errors.As(err, &op):
 		return "ticketd did not answer (" + op.Err.Error() + "); retry"

@@ -19,6 +19,7 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/inprocess"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
@@ -65,7 +66,7 @@ func linksClient(t testing.TB, create bool) *client.Client {
 		namespaces = append(namespaces, allocator.Namespace{Name: "links", BlockSize: 100})
 	}
 	st := testenv.Embedded(t, namespaces...)
-	c, err := client.New(client.FromBackend(st), "links", client.WithMaxWait(2*time.Second))
+	c, err := client.New(inprocess.Source(st), "links", client.WithMaxWait(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +472,7 @@ func TestCodesExhausted(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := testenv.Embedded(t, allocator.Namespace{Name: "links", BlockSize: 100, Start: tc.start})
-			ids, err := client.New(client.FromBackend(st), "links", client.WithMaxWait(2*time.Second))
+			ids, err := client.New(inprocess.Source(st), "links", client.WithMaxWait(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

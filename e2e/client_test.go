@@ -1,4 +1,4 @@
-package client
+package e2e
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/inprocess"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
@@ -77,11 +79,11 @@ type e2eLoad struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	set       *idSet
-	c         *Client
+	c         *client.Client
 	perG      int64 // 0: until stopped
 }
 
-func startLoad(c *Client, set *idSet, goroutines int, perG int64) *e2eLoad {
+func startLoad(c *client.Client, set *idSet, goroutines int, perG int64) *e2eLoad {
 	l := &e2eLoad{errs: make(chan error, goroutines), stop: make(chan struct{}), set: set, c: c, perG: perG}
 	for g := range goroutines {
 		l.wg.Add(1)
@@ -159,7 +161,7 @@ func (l *e2eLoad) wait(t *testing.T) {
 func TestE2EUniqueThroughTicketd(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "e2e"})
 	td := startTicketd(t, pairStore(dsns), "e2e")
-	c := newClient(t, HTTP(td.URL), "e2e", WithToken(e2eNSToken))
+	c := newClient(t, client.HTTP(td.URL), "e2e", client.WithToken(e2eNSToken))
 	const goroutines, perG = 64, 1_000_000
 	set := newIDSet()
 	start := time.Now()
@@ -169,7 +171,7 @@ func TestE2EUniqueThroughTicketd(t *testing.T) {
 	set.check(t, goroutines*perG)
 	st := c.Stats()
 	if st.Served != goroutines*perG {
-		t.Fatalf("Stats().Served = %d, want %d", st.Served, goroutines*perG)
+		t.Fatalf("client.Stats().Served = %d, want %d", st.Served, goroutines*perG)
 	}
 	if l.odd.Load() == 0 || l.even.Load() == 0 {
 		t.Fatalf("odd IDs %d, even IDs %d: want both ticket servers used", l.odd.Load(), l.even.Load())
@@ -180,13 +182,13 @@ func TestE2EUniqueThroughTicketd(t *testing.T) {
 }
 
 // TestE2EFailoverAndBothDown: two ticketd replicas on one pair. Killing one mid-run does not stop the
-// IDs; killing the other too, the IDs still cached are served, then Next returns ErrUnavailable.
+// IDs; killing the other too, the IDs still cached are served, then Next returns client.ErrUnavailable.
 func TestE2EFailoverAndBothDown(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "fo", BlockSize: 1000, MaxBlockSize: 50_000})
 	a := startTicketd(t, pairStore(dsns), "fo")
 	b := startTicketd(t, pairStore(dsns), "fo")
-	c := newClient(t, HTTP(a.URL, b.URL), "fo", WithToken(e2eNSToken), WithRefillInterval(20*time.Millisecond),
-		WithBackoff(5*time.Millisecond, 100*time.Millisecond), WithRequestTimeout(2*time.Second))
+	c := newClient(t, client.HTTP(a.URL, b.URL), "fo", client.WithToken(e2eNSToken), client.WithRefillInterval(20*time.Millisecond),
+		client.WithBackoff(5*time.Millisecond, 100*time.Millisecond), client.WithRequestTimeout(2*time.Second))
 	set := newIDSet()
 	l := startLoad(c, set, 16, 0)
 	eventually(t, "leases through both replicas", func() bool {
@@ -208,15 +210,15 @@ func TestE2EFailoverAndBothDown(t *testing.T) {
 
 	a.Kill()
 	after, err := drain(c, set, time.Second)
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("with both replicas gone: %v, want ErrUnavailable", err)
+	if !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("with both replicas gone: %v, want client.ErrUnavailable", err)
 	}
 	if after == 0 {
 		t.Fatalf("no cached ID served after both replicas died")
 	}
 	set.check(t, l.served.Load()+after)
 	if st := c.Stats(); st.Cached != 0 {
-		t.Fatalf("ErrUnavailable with %d IDs still cached", st.Cached)
+		t.Fatalf("client.ErrUnavailable with %d IDs still cached", st.Cached)
 	}
 	t.Logf("%d cached IDs served after both died, then: %v", after, err)
 }
@@ -234,7 +236,7 @@ func TestFromBackendOnThePair(t *testing.T) {
 	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "inproc", BlockSize: 500, MaxBlockSize: 100_000}); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, FromBackend(p), "inproc", WithRefillInterval(50*time.Millisecond))
+	c := newClient(t, inprocess.Source(p), "inproc", client.WithRefillInterval(50*time.Millisecond))
 	const goroutines, perG = 64, 200_000
 	set := newIDSet()
 	l := startLoad(c, set, goroutines, perG)
@@ -250,7 +252,7 @@ func TestFromBackendOnThePair(t *testing.T) {
 // pacedLoad is goroutines that each take burst IDs with Next, then sleep a millisecond, until stopped;
 // every ID goes into set, and each call's wait is measured once measure is set.
 type pacedLoad struct {
-	c       *Client
+	c       *client.Client
 	set     *idSet
 	served  atomic.Int64
 	measure atomic.Bool
@@ -262,7 +264,7 @@ type pacedLoad struct {
 	errs    chan error
 }
 
-func startPaced(c *Client, set *idSet, goroutines, burst int) *pacedLoad {
+func startPaced(c *client.Client, set *idSet, goroutines, burst int) *pacedLoad {
 	l := &pacedLoad{c: c, set: set, stop: make(chan struct{}), errs: make(chan error, goroutines)}
 	for range goroutines {
 		l.wg.Go(func() { l.run(burst) })
@@ -329,8 +331,8 @@ func TestE2EHedgesAroundAHungReplica(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "hedge", BlockSize: 100, MaxBlockSize: 1000})
 	a := startTicketd(t, pairStore(dsns), "hedge")
 	b := startTicketd(t, pairStore(dsns), "hedge")
-	c := newClient(t, HTTP(a.URL, b.URL), "hedge", WithToken(e2eNSToken), WithRequestTimeout(10*time.Second),
-		WithMaxWait(30*time.Second), WithBackoff(5*time.Millisecond, 200*time.Millisecond))
+	c := newClient(t, client.HTTP(a.URL, b.URL), "hedge", client.WithToken(e2eNSToken), client.WithRequestTimeout(10*time.Second),
+		client.WithMaxWait(30*time.Second), client.WithBackoff(5*time.Millisecond, 200*time.Millisecond))
 	set := newIDSet()
 	l := startPaced(c, set, 4, 5)
 	eventually(t, "warm-up: leases through both replicas", func() bool {

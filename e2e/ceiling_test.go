@@ -1,4 +1,4 @@
-package client
+package e2e
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/server"
 )
 
 // TestExhaustedAtTheCeiling: 16 goroutines take IDs through two ticketd servers on one store until the
-// namespace's max_id; each then gets allocator.ErrExhausted at once (not a retry until its deadline),
-// no ID is above max_id and none came twice. The settings read carries max_id.
+// namespace's max_id; each then gets client.ErrExhausted at once (not a retry until its deadline), no
+// ID is above max_id and none came twice.
 func TestExhaustedAtTheCeiling(t *testing.T) {
 	const maxID = 50_000
 	store := testenv.Embedded(t, allocator.Namespace{Name: "small", BlockSize: 100, MaxID: maxID})
@@ -32,16 +33,7 @@ func TestExhaustedAtTheCeiling(t *testing.T) {
 		t.Cleanup(func() { ts.Close(); _ = srv.Close() })
 		urls = append(urls, ts.URL)
 	}
-	cfg := config{}.withDefaults()
-	src, err := HTTP(urls...).open("small", &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ns, err := src.settings(context.Background()); err != nil || ns.MaxID != maxID {
-		t.Fatalf("settings: %+v, %v; want max_id %d", ns, err, maxID)
-	}
-
-	c := newClient(t, HTTP(urls...), "small")
+	c := newClient(t, client.HTTP(urls...), "small")
 	set := newIDSet()
 	var wg sync.WaitGroup
 	errs := make([]error, 16)
@@ -66,7 +58,7 @@ func TestExhaustedAtTheCeiling(t *testing.T) {
 	}
 	wg.Wait()
 	for g, err := range errs {
-		if !errors.Is(err, allocator.ErrExhausted) {
+		if !errors.Is(err, client.ErrExhausted) {
 			t.Fatalf("goroutine %d ended with %v, want ErrExhausted", g, err)
 		}
 		if highest[g] > maxID {
