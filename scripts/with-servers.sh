@@ -21,10 +21,6 @@ command -v redis-server >/dev/null 2>&1 || need_pkg+=(redis-server)
 # Galera clusters (the tests start their own): the replication library, and rsync for state transfers.
 [ -e /usr/lib/galera/libgalera_smm.so ] || need_pkg+=(galera-4)
 command -v rsync >/dev/null 2>&1 || need_pkg+=(rsync)
-# The status page's test loads it in a real headless browser.
-command -v chromium >/dev/null 2>&1 || need_pkg+=(chromium)
-# The alert rules are checked and unit-tested with promtool, which Debian ships in prometheus.
-command -v promtool >/dev/null 2>&1 || need_pkg+=(prometheus)
 if ((${#need_pkg[@]})); then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "with-servers: installing ${need_pkg[*]}" >&2
