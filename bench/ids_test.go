@@ -147,4 +147,3 @@ func BenchmarkIDs(b *testing.B) {
 		})
 	}
 }
-
