@@ -86,6 +86,15 @@ func period(s string) int {
 	return 0
 }
 
+// Health is the answer to GET /healthz: status "ok", and for the admin the running build too.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
+	Commit  string `json:"commit,omitempty"`
+	Dirty   *bool  `json:"dirty,omitempty"`
+	Go      string `json:"go,omitempty"`
+}
+
 // Readiness is the answer to GET /readyz: 200 when at least one ticket server is usable, else 503
 // with Error set.
 type Readiness struct {

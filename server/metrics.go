@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/version"
 )
 
 // Metrics holds ticketd's Prometheus metrics in a registry of its own. It is also the allocator.Observer
@@ -109,7 +110,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches, m.stalls,
 		m.hedges, m.hedgesWon, m.authFailures, m.authRefused,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
 }
 
@@ -305,4 +306,19 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(sc.remaining, prometheus.GaugeValue, float64(left), name)
 		}
 	}
+}
+
+// buildInfo is ticketd_build_info: 1, labelled with the running build, so that a dashboard can tell
+// which version each replica runs.
+func buildInfo() prometheus.Collector {
+	in := version.Get()
+	dirty := "false"
+	if in.Dirty {
+		dirty = "true"
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ticketd_build_info",
+		Help:        "The running build of ticketd: its version, the commit it was built from, whether the tree had uncommitted changes, the Go release. Always 1.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "commit": in.Commit, "dirty": dirty, "goversion": in.Go}})
+	g.Set(1)
+	return g
 }

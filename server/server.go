@@ -26,6 +26,7 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/internal/ratelimit"
+	"github.com/ticketd/ticketd/internal/version"
 )
 
 // Config configures a Server. The zero value of each field means its default; a negative
@@ -535,8 +536,19 @@ func (s *Server) update(ctx context.Context, cur allocator.Namespace, set settin
 	return s.backend.UpdateNamespace(ctx, want)
 }
 
+// healthz is 200 while the process serves HTTP. The admin (a caller with the admin token, or anyone
+// without authentication) is also told the running build; any other caller gets the bare status, a
+// wrong token included (counted as a failed login like anywhere else): a health check never fails on
+// a token.
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSONBlob(http.StatusOK, []byte(`{"status":"ok"}`))
+	out := api.Health{Status: "ok"}
+	if s.auth.disabled || c.Request().Header.Get(echo.HeaderAuthorization) != "" {
+		if id, err := s.identify(c); err == nil && id.admin {
+			in := version.Get()
+			out.Version, out.Commit, out.Dirty, out.Go = in.Version, in.Commit, &in.Dirty, in.Go
+		}
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 var (

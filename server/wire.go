@@ -223,10 +223,11 @@ func (s settings) apply(ns allocator.Namespace) allocator.Namespace {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// writeJSON answers 200 with the JSON that appendTo writes, in a pooled buffer.
+// writeJSON answers 200 with the JSON that appendTo writes, and a newline as every JSON answer ends
+// with, in a pooled buffer.
 func writeJSON(c echo.Context, appendTo func([]byte) []byte) error {
 	buf := bufPool.Get().(*[]byte)
-	*buf = appendTo((*buf)[:0])
+	*buf = append(appendTo((*buf)[:0]), '\n')
 	err := c.JSONBlob(http.StatusOK, *buf)
 	if cap(*buf) <= 64<<10 { // a large ID list is not kept
 		bufPool.Put(buf)

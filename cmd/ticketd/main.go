@@ -90,6 +90,9 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 		}
 		return errHelp
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	name := args[0]
 	info, ok := commands[name]
 	if !ok {
