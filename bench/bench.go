@@ -28,8 +28,13 @@ type Options struct {
 	// Batch is how many rows one INSERT carries, the same for every table. Default 1,000.
 	Batch int
 	// MySQL are the DSNs of the ticket server pair. A DSN without a database makes the run create a
-	// fresh database (ticketd_bench_…) on each server and drop it at the end.
+	// fresh database (ticketd_bench_…) on each server and drop it at the end. A database a DSN names
+	// must be empty or one an earlier run made its own (it holds the table ticketd_bench), unless
+	// ForceDatabase: the run creates namespaces there and moves their counters.
 	MySQL []string
+	// ForceDatabase lets the run use a database the DSNs name that holds other tables: ticketd's own
+	// (a live ticket database) or any other.
+	ForceDatabase bool
 	// Redis is the address of a Redis server for the Redis backend's load case; empty skips it.
 	Redis string
 	// Galera are the DSNs of the nodes of a MariaDB Galera cluster, for the load case that compares

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,12 @@ func openMySQL(ctx context.Context, opts Options) (*mysqlEnv, error) {
 			c.DBName = env.drop
 		}
 		c.MultiStatements = false
+		if env.drop == "" {
+			if err := claimDatabase(ctx, c, opts.ForceDatabase); err != nil {
+				env.Close()
+				return nil, fmt.Errorf("server %d: %w", i+1, err)
+			}
+		}
 		dsn := c.FormatDSN()
 		env.dsns = append(env.dsns, dsn)
 		db, err := sql.Open("mysql", dsn)
@@ -106,6 +113,49 @@ func openMySQL(ctx context.Context, opts Options) (*mysqlEnv, error) {
 	}
 	env.pair = p
 	return env, nil
+}
+
+// benchMarker is the table that marks a database a run of the bench made its own.
+const benchMarker = "ticketd_bench"
+
+// claimDatabase refuses a database that holds tables the bench did not create, unless force: a live
+// ticket database would get the bench's namespaces and its counters moved. An empty database is
+// marked as the bench's, so that later runs may use it again.
+func claimDatabase(ctx context.Context, c *gomysql.Config, force bool) error {
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME")
+	if err != nil {
+		return err
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		tables = append(tables, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(tables) > 0 && !slices.Contains(tables, benchMarker) && !force {
+		what := "tables ticketd-bench did not create"
+		if slices.Contains(tables, "ticketd_namespaces") || slices.Contains(tables, "Tickets64") {
+			what = "ticketd's own tables: it looks like a live ticket database"
+		}
+		shown := tables[:min(len(tables), 5)]
+		return fmt.Errorf("%w: database %s holds %s (%s): the run would create namespaces there and move their counters; "+
+			"give a DSN without a database (the run makes a fresh one and drops it), name an empty one, or pass --force-database",
+			ErrInvalidOptions, c.DBName, what, strings.Join(shown, ", "))
+	}
+	_, err = db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+benchMarker+" (created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) COMMENT 'made by ticketd-bench: its runs may use this database'")
+	return err
 }
 
 func execOn(ctx context.Context, dsn string, stmts ...string) error {

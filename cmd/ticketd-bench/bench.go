@@ -36,6 +36,7 @@ type benchCmd struct {
 	galera   string
 	json     bool
 	quick    bool
+	force    bool
 }
 
 func (c *benchCmd) flags(fs *flag.FlagSet) {
@@ -50,6 +51,7 @@ func (c *benchCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.galera, "galera", "", "comma-separated DSNs of the nodes of a MariaDB Galera cluster on loopback, for the load case that compares it with the pair")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON on stdout instead of Markdown")
 	fs.BoolVar(&c.quick, "quick", false, "a smoke run of seconds: small defaults everywhere")
+	fs.BoolVar(&c.force, "force-database", false, "use the database --mysql names even when it holds tables ticketd-bench did not create (a live ticket database included): the run creates namespaces there and moves their counters")
 }
 
 var dsnPassword = regexp.MustCompile(`:[^:@/()]*@`)
@@ -98,7 +100,7 @@ func (c *benchCmd) run(ctx context.Context, m *Main, args []string) error {
 	if strings.TrimSpace(c.out) == "" {
 		return usagef("--out must name a directory")
 	}
-	opts := bench.Options{Duration: c.duration, Rows: c.rows, Batch: c.batch, Redis: c.redis, Quick: c.quick,
+	opts := bench.Options{ForceDatabase: c.force, Duration: c.duration, Rows: c.rows, Batch: c.batch, Redis: c.redis, Quick: c.quick,
 		Command: c.commandLine(args)}
 	for _, s := range strings.Split(c.clients, ",") {
 		if s = strings.TrimSpace(s); s == "" {

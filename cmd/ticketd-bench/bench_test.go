@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,16 +13,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/bench"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
 // benchRun runs `ticketd-bench` with tiny sizes and returns the report it wrote.
-func benchRun(t *testing.T, env map[string]string, args ...string) (*bench.Report, string) {
+func benchRun(t *testing.T, args ...string) (*bench.Report, string) {
 	t.Helper()
 	dir := t.TempDir()
 	args = append([]string{"--quick", "--json", "--out", dir, "--duration", "50ms"}, args...)
-	out, errOut, code := run(t, env, args...)
+	out, errOut, code := run(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -72,7 +76,7 @@ func benchRun(t *testing.T, env map[string]string, args ...string) (*bench.Repor
 }
 
 func TestBenchGen(t *testing.T) {
-	rep, md := benchRun(t, nil, "gen")
+	rep, md := benchRun(t, "gen")
 	if rep.Gen == nil || len(rep.Gen.Rows) < 11 || rep.BTree != nil || rep.Load != nil {
 		t.Fatalf("report parts: %+v", rep)
 	}
@@ -116,8 +120,7 @@ func TestBenchGen(t *testing.T) {
 
 func TestBenchBTreeAndLoad(t *testing.T) {
 	pair := testenv.Pair(t)
-	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair), "TICKETD_REDIS": testenv.RedisAddr(t)}
-	rep, md := benchRun(t, env, "btree", "load", "--rows", "3000", "--batch", "500", "--clients", "1,2")
+	rep, md := benchRun(t, "--mysql", testenv.DSNList(pair), "--redis", testenv.RedisAddr(t), "btree", "load", "--rows", "3000", "--batch", "500", "--clients", "1,2")
 	if rep.Machine.MariaDB == "" || rep.Machine.Redis == "" || rep.Gen != nil {
 		t.Fatalf("report: %+v", rep)
 	}
@@ -204,9 +207,65 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--rows", "5", "gen"}, "rows 5"},
 	}
 	for _, tt := range tests {
-		_, errOut, code := run(t, nil, tt.args...)
+		_, errOut, code := run(t, tt.args...)
 		if code != 2 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
+
+// TestBenchRefusesALiveTicketDatabase: a --mysql that names a database holding ticketd's tables (or
+// any table the bench did not make) is refused before anything is written there; --force-database
+// allows it; an empty database becomes the bench's own and may be used again.
+func TestBenchRefusesALiveTicketDatabase(t *testing.T) {
+	ctx := context.Background()
+	live := testenv.Pair(t)
+	p, err := mysql.Open(ctx, mysql.Config{DSNs: live, Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: "orders", Start: 7}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := p.Namespaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close()
+	on := func(dsns []string, more ...string) []string {
+		return append([]string{"--quick", "--json", "--out", t.TempDir(), "--rows", "2000", "--mysql", testenv.DSNList(dsns), "btree"}, more...)
+	}
+	_, errOut, code := run(t, on(live)...)
+	if code != 2 || !strings.Contains(errOut, "ticketd's own tables") || !strings.Contains(errOut, "--force-database") {
+		t.Fatalf("on a live ticket database: exit %d, %q; want 2, naming ticketd's tables and --force-database", code, errOut)
+	}
+	p, err = mysql.Open(ctx, mysql.Config{DSNs: live, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	after, err := p.Namespaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("the refused run changed the namespaces: %v → %v", before, after)
+	}
+
+	foreign := testenv.Pair(t)
+	testenv.Exec(t, foreign[0], "CREATE TABLE invoices (id BIGINT PRIMARY KEY)")
+	_, errOut, code = run(t, on(foreign)...)
+	if code != 2 || !strings.Contains(errOut, "tables ticketd-bench did not create (invoices)") {
+		t.Fatalf("on a database with a table of its own: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code = run(t, on(foreign, "--force-database")...); code != 0 {
+		t.Fatalf("with --force-database: exit %d, %s", code, errOut)
+	}
+
+	empty := testenv.Pair(t)
+	for range 2 { // the second run finds the first one's tables, and the mark
+		if _, errOut, code = run(t, on(empty)...); code != 0 {
+			t.Fatalf("on an empty database: exit %d, %s", code, errOut)
 		}
 	}
 }

@@ -34,9 +34,6 @@ type chaosCmd struct {
 	rate                                    float64
 }
 
-// noEnv: a TICKETD_MYSQL meant for serve must never aim the chaos run at production servers.
-func (c *chaosCmd) noEnv() {}
-
 func (c *chaosCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.backends, "backends", strings.Join(chaos.DefaultBackends, ","), "comma-separated backends to run at once, each with its own servers, replicas and clients: "+strings.Join(chaos.Backends, ", ")+" (galera: a 3-node MariaDB Galera cluster)")
 	fs.StringVar(&c.mysql, "mysql", "", "the pair's two `DSNs`, odd server first, when the run should not start its own")

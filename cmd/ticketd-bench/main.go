@@ -20,7 +20,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr}
 	os.Exit(m.Main(ctx, os.Args[1:]))
 }
 
@@ -28,8 +28,6 @@ func main() {
 // in-process.
 type Main struct {
 	Stdout, Stderr io.Writer
-	// Getenv reads TICKETD_* fallbacks for the report's flags. Default os.Getenv.
-	Getenv func(string) string
 
 	cmd  command
 	name string // "bench" or "chaos"
@@ -41,9 +39,6 @@ type command interface {
 	flags(fs *flag.FlagSet)
 	run(ctx context.Context, m *Main, args []string) error
 }
-
-// noEnvFallback is a command that reads the command line only (chaos: see chaosCmd.noEnv).
-type noEnvFallback interface{ noEnv() }
 
 type commandInfo struct {
 	usage, summary string
@@ -61,12 +56,10 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
-// ParseFlags chooses the command and parses its flags; the report's flags fall back to TICKETD_*
-// environment variables, as ticketd's do.
+// ParseFlags chooses the command and parses its flags. ticketd-bench reads the command line only,
+// never ticketd's TICKETD_* environment variables: a TICKETD_MYSQL exported for ticketd must never aim
+// a benchmark or the chaos run at the servers that hold real IDs.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
-	if m.Getenv == nil {
-		m.Getenv = os.Getenv
-	}
 	m.name = "bench"
 	if len(args) > 0 && args[0] == "chaos" {
 		m.name, args = "chaos", args[1:]
@@ -76,18 +69,12 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet(m.helpName(), flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse errors are reported once, by exitCode
 	cmd.flags(fs)
-	_, noEnv := cmd.(noEnvFallback)
-	if err := cliflag.Parse(fs, args, !noEnv); err != nil {
+	if err := cliflag.Parse(fs, args, false); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			m.help(fs, info, !noEnv)
+			m.help(fs, info)
 			return err
 		}
 		return usageError{err.Error()}
-	}
-	if !noEnv {
-		if err := cliflag.ApplyEnv(fs, m.Getenv); err != nil {
-			return usageError{err.Error()}
-		}
 	}
 	m.cmd, m.args = cmd, fs.Args()
 	return nil
@@ -119,14 +106,14 @@ func (m *Main) helpName() string {
 	return "ticketd-bench"
 }
 
-func (m *Main) help(fs *flag.FlagSet, info commandInfo, env bool) {
+func (m *Main) help(fs *flag.FlagSet, info commandInfo) {
 	fmt.Fprintf(m.Stderr, "usage: %s\n\n%s\n", info.usage, info.summary)
 	if m.name == "bench" {
 		chaos := commands["chaos"]
 		fmt.Fprintf(m.Stderr, "\nCommands:\n  %-18s %s\n\nRun `ticketd-bench chaos --help` for its flags.\n",
 			"chaos", strings.TrimSpace(strings.SplitAfter(chaos.summary, ". ")[0]))
 	}
-	cliflag.PrintFlags(m.Stderr, fs, env)
+	cliflag.PrintFlags(m.Stderr, fs, false)
 }
 
 func (m *Main) exitCode(err error) int {
