@@ -61,6 +61,13 @@ func (s *server) flickrTable(ctx context.Context, table string) (FlickrTable, er
 	var auto sql.NullInt64
 	err = conn.QueryRowContext(ctx, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", table).Scan(&auto)
 	if errors.Is(err, sql.ErrNoRows) {
+		// information_schema lists only the tables the user may use: ask the table itself whether it is
+		// missing or hidden.
+		_, err := conn.ExecContext(ctx, "SELECT 1 FROM `"+table+"` LIMIT 0")
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && (me.Number == 1142 || me.Number == 1143) {
+			return ft, fmt.Errorf("table %q exists, but this user may not read it: GRANT SELECT ON the table to the user of the DSN, or give a DSN whose user may (%s)", table, me.Message)
+		}
 		return ft, fmt.Errorf("no table %q in this database", table)
 	}
 	if err != nil {

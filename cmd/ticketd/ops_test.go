@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/internal/testenv"
@@ -223,5 +225,40 @@ func TestDoctorAndRepairOnRedis(t *testing.T) {
 	}
 	if out, errOut, code := run(t, env, "doctor"); code != 0 {
 		t.Fatalf("doctor after the repair: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestAdoptSaysWhenTheTableIsHidden: a ticket table the DSN's user may not read is not "no table":
+// adopt says it exists and that the user needs SELECT on it.
+func TestAdoptSaysWhenTheTableIsHidden(t *testing.T) {
+	pair := testenv.Pair(t)
+	for _, dsn := range pair {
+		testenv.Exec(t, dsn, "CREATE TABLE Tickets64 (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, stub CHAR(1) NOT NULL DEFAULT '', UNIQUE KEY stub (stub))")
+	}
+	if _, errOut, code := run(t, nil, "migrate", "--mysql", testenv.DSNList(pair)); code != 0 {
+		t.Fatal(errOut)
+	}
+	db := func(dsn string) string {
+		cfg, err := gomysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.DBName
+	}
+	user := "tkd_a" + strings.TrimPrefix(testenv.UniqueName(""), "_")[:10]
+	var dsns []string
+	for _, dsn := range pair {
+		testenv.Exec(t, dsn, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw-"+user+"'",
+			"GRANT SELECT, INSERT, UPDATE ON `"+db(dsn)+"`.`ticketd_namespaces` TO '"+user+"'@'%'",
+			"GRANT SELECT ON `"+db(dsn)+"`.`ticketd_schema_migrations` TO '"+user+"'@'%'")
+		t.Cleanup(func() { testenv.Exec(t, dsn, "DROP USER '"+user+"'@'%'") })
+		dsns = append(dsns, asUser(t, dsn, user, "pw-"+user))
+	}
+	_, errOut, code := run(t, nil, "namespace", "adopt", "flickr", "--mysql", strings.Join(dsns, ","))
+	if code != 1 || !strings.Contains(errOut, `table "Tickets64" exists, but this user may not read it`) {
+		t.Fatalf("exit %d, %q; want 1, saying the table exists but is hidden from the user", code, errOut)
+	}
+	if _, errOut, code := run(t, nil, "namespace", "adopt", "flickr", "--mysql", testenv.DSNList(pair), "--flickr-table", "Tickets32"); code != 1 || !strings.Contains(errOut, `no table "Tickets32"`) {
+		t.Fatalf("a table that does not exist: exit %d, %q", code, errOut)
 	}
 }
