@@ -7,7 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/mysql"
@@ -54,7 +57,7 @@ func oneArg(args []string, what string) (string, error) {
 
 type migrateCmd struct{ backendFlags }
 
-func (c *migrateCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+func (c *migrateCmd) flags(fs *flag.FlagSet) { c.register(fs, 0) }
 
 func (c *migrateCmd) run(ctx context.Context, m *Main, args []string) error {
 	if len(args) != 0 {
@@ -70,14 +73,51 @@ func (c *migrateCmd) run(ctx context.Context, m *Main, args []string) error {
 	logger := m.logger()
 	c.routeClientLogs(logger)
 	cfg := c.mysqlConfig(logger, nil)
+	// Every server, whatever became of the one before: an operator fixing grants wants the whole list.
+	failed := 0
 	for _, dsn := range cfg.DSNs {
 		applied, err := mysql.MigrateDSN(ctx, dsn)
 		if err != nil {
-			return err
+			failed++
+			fmt.Fprintf(m.Stdout, "%s: FAILED: %s\n", mysql.ServerName(dsn), explainMigrate(dsn, err))
+			continue
 		}
 		fmt.Fprintf(m.Stdout, "%s: applied %d migration(s) %v\n", mysql.ServerName(dsn), len(applied), applied)
 	}
+	if failed > 0 {
+		return fmt.Errorf("migrate failed on %d of %d ticket servers; each line above says why and what to run", failed, len(cfg.DSNs))
+	}
 	return nil
+}
+
+// migrateGrants are the privileges `ticketd migrate` needs on the ticket database.
+const migrateGrants = "CREATE, ALTER, INDEX, SELECT, INSERT, UPDATE"
+
+// explainMigrate turns the errors a newcomer meets first into what to run, as an administrator of the
+// server: a database that does not exist, a user without the grants migrate needs.
+func explainMigrate(dsn string, err error) string {
+	cfg, perr := gomysql.ParseDSN(strings.TrimSpace(dsn))
+	var me *gomysql.MySQLError
+	if perr != nil || !errors.As(err, &me) {
+		return oneLine(err)
+	}
+	user := "'" + cfg.User + "'@'%'"
+	grant := fmt.Sprintf("GRANT %s ON `%s`.* TO %s;", migrateGrants, cfg.DBName, user)
+	switch me.Number {
+	case 1049: // ER_BAD_DB_ERROR
+		return fmt.Sprintf("database %q does not exist. Create it as an administrator of this server: CREATE DATABASE `%s`; %s (the host part as your user was created). [MySQL %d: %s]",
+			cfg.DBName, cfg.DBName, grant, me.Number, me.Message)
+	case 1044, 1142, 1143: // ER_DBACCESS_DENIED_ERROR, ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR
+		what := "the privileges"
+		if cmd, _, ok := strings.Cut(me.Message, " command denied"); ok {
+			what = "the " + cmd + " privilege"
+		}
+		return fmt.Sprintf("user %q lacks %s on database %q, which migrate needs. As an administrator of this server: %s (the host part as your user was created). [MySQL %d: %s]",
+			cfg.User, what, cfg.DBName, grant, me.Number, me.Message)
+	case 1045: // ER_ACCESS_DENIED_ERROR
+		return fmt.Sprintf("the server refused user %q (a wrong password, or no such user from this host). [MySQL %d: %s]", cfg.User, me.Number, me.Message)
+	}
+	return oneLine(err)
 }
 
 type leaseCmd struct {
@@ -86,11 +126,12 @@ type leaseCmd struct {
 }
 
 func (c *leaseCmd) flags(fs *flag.FlagSet) {
-	c.register(fs)
+	c.register(fs, useStore|useCreate)
 	fs.Var(cliflag.Int64(&c.size, 0, allocator.MaxBlockSizeLimit), "n", "`SIZE` of the block; 0 means the namespace's block size")
 }
 
 func (c *leaseCmd) run(ctx context.Context, m *Main, args []string) error {
+	c.writes = true
 	ns, err := oneArg(args, "namespace")
 	if err != nil {
 		return err
@@ -141,12 +182,13 @@ type nsCreateCmd struct {
 }
 
 func (c *nsCreateCmd) flags(fs *flag.FlagSet) {
-	c.backendFlags.register(fs)
+	c.backendFlags.register(fs, useStore)
 	c.nsSettings.register(fs, "lowest `ID` to issue, to begin above IDs a table already has (0: 1)")
 	fs.BoolVar(&c.existsOK, "exists-ok", false, "succeed when the namespace exists already (its settings are left as they are)")
 }
 
 func (c *nsCreateCmd) run(ctx context.Context, m *Main, args []string) error {
+	c.writes = true
 	name, err := oneArg(args, "namespace name")
 	if err != nil {
 		return err
@@ -179,12 +221,13 @@ type nsUpdateCmd struct {
 }
 
 func (c *nsUpdateCmd) flags(fs *flag.FlagSet) {
-	c.backendFlags.register(fs)
+	c.backendFlags.register(fs, useStore)
 	c.nsSettings.register(fs, "advance every counter to at least this `ID` (counters never move back)")
 	c.fs = fs
 }
 
 func (c *nsUpdateCmd) run(ctx context.Context, m *Main, args []string) error {
+	c.reads = true // a namespace to update must exist, and so must its store
 	b, cur, err := c.namespace(ctx, m, args)
 	if err != nil {
 		return err
@@ -220,9 +263,10 @@ func (c *nsUpdateCmd) run(ctx context.Context, m *Main, args []string) error {
 
 type nsGetCmd struct{ backendFlags }
 
-func (c *nsGetCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+func (c *nsGetCmd) flags(fs *flag.FlagSet) { c.register(fs, useStore) }
 
 func (c *nsGetCmd) run(ctx context.Context, m *Main, args []string) error {
+	c.reads = true
 	_, ns, err := c.namespace(ctx, m, args)
 	if err != nil {
 		return err
@@ -246,9 +290,10 @@ func (c *backendFlags) namespace(ctx context.Context, m *Main, args []string) (a
 
 type nsListCmd struct{ backendFlags }
 
-func (c *nsListCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+func (c *nsListCmd) flags(fs *flag.FlagSet) { c.register(fs, useStore) }
 
 func (c *nsListCmd) run(ctx context.Context, m *Main, args []string) error {
+	c.reads = true
 	if len(args) != 0 {
 		return usagef("namespace list takes no arguments")
 	}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,17 +29,49 @@ type backendFlags struct {
 	attemptTimeout time.Duration
 	migrate        bool
 	create         string
+
+	// reads is set by the commands that only read: with no server configured they never make an
+	// embedded store, and say there is none. writes is set by those that lease or create: they say
+	// on stderr which embedded store they use.
+	reads, writes bool
 }
 
-func (b *backendFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.mysql, "mysql", "", "comma-separated DSNs of the MySQL/MariaDB ticket servers, e.g. 'ticketd:pw@tcp(db-a:3306)/ticketd,ticketd:pw@tcp(db-b:3306)/ticketd'; empty uses the embedded store")
-	fs.StringVar(&b.redis, "redis", "", "comma-separated Redis instances (host:port or redis://[user:password@]host:port[/db]), e.g. 'redis-a:6379,redis-b:6379'; instance i issues IDs ≡ i (mod the number of instances)")
-	fs.BoolVar(&b.allowVolatile, "allow-volatile-redis", false, "open Redis instances that can lose acknowledged writes (appendonly not yes or appendfsync not always): a restart may then reissue IDs")
-	fs.StringVar(&b.dataDir, "data-dir", "ticketd-data", "directory of the embedded store, used when neither --mysql nor --redis is given")
-	fs.DurationVar(&b.timeout, "lease-timeout", 5*time.Second, "how long a lease may take, failover to the other ticket servers included")
-	fs.DurationVar(&b.attemptTimeout, "attempt-timeout", 2*time.Second, "how long one attempt on one ticket server may take")
-	fs.StringVar(&b.create, "create-namespaces", "auto", "create a missing namespace with default settings at its first lease: on, off, or auto (on for the embedded store, off with --mysql or --redis)")
-	fs.BoolVar(&b.migrate, "auto-migrate", false, "apply the schema on each ticket server when it is first checked (otherwise run 'ticketd migrate' once)")
+// backendUse says which backend flags a command takes beyond --mysql: a command's help lists only the
+// flags it uses.
+type backendUse uint8
+
+const (
+	useRedis    backendUse = 1 << iota // it runs on Redis too: --redis, --allow-volatile-redis
+	useEmbedded                        // it runs on the embedded store: --data-dir
+	useTimeouts                        // it leases or reads through the servers: --lease-timeout, --attempt-timeout
+	useMigrate                         // it opens the pair: --auto-migrate
+	useCreate                          // it leases: --create-namespaces
+)
+
+// useStore is what every command that reads or writes namespaces on any backend takes.
+const useStore = useRedis | useEmbedded | useTimeouts | useMigrate
+
+func (b *backendFlags) register(fs *flag.FlagSet, use backendUse) {
+	b.dataDir, b.timeout, b.attemptTimeout, b.create = "ticketd-data", 5*time.Second, 2*time.Second, "auto"
+	fs.StringVar(&b.mysql, "mysql", "", "comma-separated DSNs of the MySQL/MariaDB ticket servers, e.g. 'ticketd:pw@tcp(db-a:3306)/ticketd,ticketd:pw@tcp(db-b:3306)/ticketd'"+
+		map[bool]string{true: "; empty uses the embedded store", false: ""}[use&useEmbedded != 0])
+	if use&useRedis != 0 {
+		fs.StringVar(&b.redis, "redis", "", "comma-separated Redis instances (host:port or redis://[user:password@]host:port[/db]), e.g. 'redis-a:6379,redis-b:6379'; instance i issues IDs ≡ i (mod the number of instances)")
+		fs.BoolVar(&b.allowVolatile, "allow-volatile-redis", false, "open Redis instances that can lose acknowledged writes (appendonly not yes or appendfsync not always): a restart may then reissue IDs")
+	}
+	if use&useEmbedded != 0 {
+		fs.StringVar(&b.dataDir, "data-dir", "ticketd-data", "directory of the embedded store, used when neither --mysql nor --redis is given")
+	}
+	if use&useTimeouts != 0 {
+		fs.DurationVar(&b.timeout, "lease-timeout", 5*time.Second, "how long a lease may take, failover to the other ticket servers included")
+		fs.DurationVar(&b.attemptTimeout, "attempt-timeout", 2*time.Second, "how long one attempt on one ticket server may take")
+	}
+	if use&useCreate != 0 {
+		fs.StringVar(&b.create, "create-namespaces", "auto", "create a missing namespace with default settings at its first lease: on, off, or auto (on for the embedded store, off with --mysql or --redis)")
+	}
+	if use&useMigrate != 0 {
+		fs.BoolVar(&b.migrate, "auto-migrate", false, "apply the schema on each ticket server when it is first checked (otherwise run 'ticketd migrate' once)")
+	}
 }
 
 func (b *backendFlags) validate() error {
@@ -130,6 +166,17 @@ func (b *backendFlags) open(ctx context.Context, m *Main, logger *slog.Logger, o
 		}
 		be = s
 	default:
+		path := filepath.Join(b.dataDir, embedded.FileName)
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		if _, err := os.Stat(path); b.reads && errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no ticket servers given (--mysql, --redis or $TICKETD_MYSQL, $TICKETD_REDIS), and no embedded store at %s: "+
+				"give the servers, or --data-dir where a store is (ticketd lease and ticketd serve make one when no server is given)", path)
+		}
+		if b.writes {
+			fmt.Fprintf(m.Stderr, "ticketd: no ticket servers given (--mysql or --redis): using the embedded store %s\n", path)
+		}
 		s, err := embedded.Open(embedded.Config{Dir: b.dataDir})
 		if err != nil {
 			return nil, err

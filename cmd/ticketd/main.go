@@ -83,6 +83,10 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	if m.Getenv == nil {
 		m.Getenv = os.Getenv
 	}
+	if len(args) > 1 && args[0] == "help" {
+		// ticketd help COMMAND is ticketd COMMAND --help.
+		args = append(append([]string{}, args[1:]...), "--help")
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		m.usage()
 		if len(args) == 0 {
@@ -197,7 +201,7 @@ func (m *Main) usage() {
 		}
 		fmt.Fprintf(m.Stderr, "  %-18s %s\n", n, firstSentence(c.summary))
 	}
-	fmt.Fprintln(m.Stderr, "\nRun `ticketd COMMAND --help` for a command's flags.")
+	fmt.Fprintln(m.Stderr, "\nRun `ticketd help COMMAND` (or `ticketd COMMAND --help`) for a command's flags.")
 }
 
 // help prints a command's usage: its summary, its subcommands if it has any, and its flags if it has any.

@@ -187,7 +187,7 @@ func TestHelpText(t *testing.T) {
 			t.Errorf("%s --help shows a backquote in its flags:\n%s", name, flags)
 		}
 	}
-	for cmd, want := range map[string]string{"repair": "-server HOST:PORT", "namespace create": "-start ID", "namespace update": "-max-id ID", "namespace adopt": "-margin IDS", "serve": "-cache-min IDS"} {
+	for cmd, want := range map[string]string{"repair": "--server HOST:PORT", "namespace create": "--start ID", "namespace update": "--max-id ID", "namespace adopt": "--margin IDS", "serve": "--cache-min IDS", "lease": "-n SIZE"} {
 		if _, errOut, _ := run(t, nil, append(strings.Fields(cmd), "--help")...); !strings.Contains(errOut, "  "+want+"\n") {
 			t.Errorf("%s --help lacks %q:\n%s", cmd, want, errOut)
 		}

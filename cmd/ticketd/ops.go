@@ -29,7 +29,7 @@ func init() {
 
 type doctorCmd struct{ backendFlags }
 
-func (c *doctorCmd) flags(fs *flag.FlagSet) { c.register(fs) }
+func (c *doctorCmd) flags(fs *flag.FlagSet) { c.register(fs, useRedis|useTimeouts) }
 
 func (c *doctorCmd) run(ctx context.Context, m *Main, args []string) error {
 	if len(args) != 0 {
@@ -155,7 +155,7 @@ type adoptCmd struct {
 }
 
 func (c *adoptCmd) flags(fs *flag.FlagSet) {
-	c.register(fs)
+	c.register(fs, useTimeouts|useMigrate)
 	fs.StringVar(&c.table, "flickr-table", "Tickets64", "the per-ID ticket table to take over from, in each DSN's database")
 	fs.Var(cliflag.Int64(&c.margin, 0, math.MaxInt64/4), "margin", "how many `IDS` to skip above the highest ticket, for tickets issued while clients switch over")
 	fs.Var(cliflag.Int64(&c.blockSize, 0, allocator.MaxBlockSizeLimit), "block-size", fmt.Sprintf("default lease size, in `IDS` (0: %d)", allocator.DefaultBlockSize))

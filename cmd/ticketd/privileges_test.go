@@ -184,3 +184,43 @@ func waitRows(t *testing.T, dsn, query string, meanwhile func()) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestMigrateReportsEveryServer: migrate goes on to the next server after one fails, and says for each
+// what to run: CREATE DATABASE for a database that does not exist, the GRANT for a user that lacks the
+// privileges migrate needs.
+func TestMigrateReportsEveryServer(t *testing.T) {
+	root := testenv.Pair(t)
+	a, err := gomysql.ParseDSN(root[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.DBName += "_missing"
+	b, err := gomysql.ParseDSN(root[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := "tkd_r" + strings.TrimPrefix(testenv.UniqueName(""), "_")[:10]
+	testenv.Exec(t, root[1], "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw-"+user+"'",
+		"GRANT SELECT ON `"+b.DBName+"`.* TO '"+user+"'@'%'")
+	t.Cleanup(func() { testenv.Exec(t, root[1], "DROP USER '"+user+"'@'%'") })
+	readOnly := asUser(t, root[1], user, "pw-"+user)
+
+	out, errOut, code := run(t, nil, "migrate", "--mysql", a.FormatDSN()+","+readOnly)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 1 || len(lines) != 2 || !strings.Contains(errOut, "migrate failed on 2 of 2 ticket servers") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, a line for each server", code, out, errOut)
+	}
+	if want := "CREATE DATABASE `" + a.DBName + "`; GRANT CREATE, ALTER, INDEX, SELECT, INSERT, UPDATE ON `" + a.DBName + "`.*"; !strings.Contains(lines[0], "FAILED: database") || !strings.Contains(lines[0], want) {
+		t.Errorf("the server without the database: %q, want it to say %q", lines[0], want)
+	}
+	if want := "GRANT CREATE, ALTER, INDEX, SELECT, INSERT, UPDATE ON `" + b.DBName + "`.* TO '" + user + "'@'%'"; !strings.Contains(lines[1], "lacks the CREATE privilege") || !strings.Contains(lines[1], want) {
+		t.Errorf("the user without grants: %q, want it to name CREATE and say %q", lines[1], want)
+	}
+	// Both fixed, both migrate.
+	testenv.Exec(t, root[0], "CREATE DATABASE `"+a.DBName+"`")
+	t.Cleanup(func() { testenv.Exec(t, root[0], "DROP DATABASE IF EXISTS `"+a.DBName+"`") })
+	testenv.Exec(t, root[1], "GRANT CREATE, ALTER, INDEX, SELECT, INSERT, UPDATE ON `"+b.DBName+"`.* TO '"+user+"'@'%'")
+	if out, errOut, code := run(t, nil, "migrate", "--mysql", a.FormatDSN()+","+readOnly); code != 0 || strings.Count(out, "applied") != 2 {
+		t.Fatalf("after the fixes: exit %d, %q %q", code, out, errOut)
+	}
+}

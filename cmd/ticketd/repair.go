@@ -26,7 +26,7 @@ type repairCmd struct {
 }
 
 func (c *repairCmd) flags(fs *flag.FlagSet) {
-	c.register(fs)
+	c.register(fs, useRedis|useTimeouts|useMigrate)
 	fs.StringVar(&c.server, "server", "", "the fenced ticket server, by its `HOST:PORT` name, as /readyz and 'ticketd namespace get' show it")
 	fs.Var(cliflag.Int64(&c.margin, 0, math.MaxInt64/4), "margin", "how many `IDS` to skip beyond the water mark, for leases after the last mark was written (0: sized from the lease rate recorded with the marks, at least 10 blocks of max_block_size)")
 	fs.BoolVar(&c.force, "force", false, "advance the counter even though the server is not fenced for the namespace")

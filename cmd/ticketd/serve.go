@@ -61,7 +61,7 @@ func (f tokenListFlag) Set(s string) error {
 }
 
 func (c *serveCmd) flags(fs *flag.FlagSet) {
-	c.register(fs)
+	c.register(fs, useStore|useCreate)
 	c.tokens.raw = new([]string)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`ADDRESS` to listen on")
 	fs.StringVar(&c.adminToken, "admin-token", "", "admin bearer `TOKEN`: every route (prefer the environment variable to the command line)")
@@ -226,6 +226,7 @@ func isLoopback(addr string) bool {
 }
 
 func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
+	c.writes = true
 	if len(args) != 0 {
 		return usagef("serve takes no arguments, only flags")
 	}

@@ -75,8 +75,20 @@ func PrintFlags(w io.Writer, fs *flag.FlagSet, env bool) {
 	} else {
 		fmt.Fprintln(w, "\nFlags (read from the command line only):")
 	}
-	fs.SetOutput(w)
+	// The flag package prints one dash; ticketd's commands are written with two (--mysql), as in the
+	// docs, and both work.
+	var buf strings.Builder
+	fs.SetOutput(&buf)
 	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			if name, _, _ := strings.Cut(strings.TrimSpace(rest), " "); len(name) > 1 {
+				line = "  --" + rest
+			}
+		}
+		io.WriteString(w, line)
+	}
 }
 
 // HasFlags reports whether fs defines any flag.
