@@ -247,16 +247,15 @@ func (l *lifecycle) stop() {
 
 // Client serves unique IDs of one namespace from leased blocks. All its methods are safe for
 // concurrent use by any number of goroutines.
-//
-// Its state comes in parts, each a type with the methods that keep it: the processors' runs (shards),
-// the ledger of blocks held, the leases in flight, the sizing of the next block, the refill errors and
-// backoff, the hedging, the counters, the waiters and the lifecycle. The runs are read and claimed
-// without a lock; mu guards every other part (but the atomics in waiters and what New sets in
-// lifecycle), all of them under the one lock because their invariants span parts: a carve moves IDs
-// from the ledger to a run, counts them and samples the demand; a block that lands changes the flight,
-// the backoff, the sizing, the counters and the ledger at once, and the low-water mark it sets is
-// measured against the ledger and the flight together.
 type Client struct {
+	// Its state comes in parts, each a type with the methods that keep it: the processors' runs
+	// (shards), the ledger of blocks held, the leases in flight, the sizing of the next block, the
+	// refill errors and backoff, the hedging, the counters, the waiters and the lifecycle. The runs are
+	// read and claimed without a lock; mu guards every other part (but the atomics in waiters and what
+	// New sets in lifecycle), all of them under the one lock because their invariants span parts: a
+	// carve moves IDs from the ledger to a run, counts them and samples the demand; a block that lands
+	// changes the flight, the backoff, the sizing, the counters and the ledger at once, and the
+	// low-water mark it sets is measured against the ledger and the flight together.
 	shards [numShards]shard
 
 	ns    string

@@ -95,17 +95,17 @@ func TestComposeTicketPair(t *testing.T) {
 	}
 }
 
-// TestReadmeNamesOnlyComposeServices checks that the README's Compose section lists exactly the
-// services docker-compose.yml defines.
+// TestReadmeNamesOnlyComposeServices checks that the operations page's Compose section lists exactly
+// the services docker-compose.yml defines.
 func TestReadmeNamesOnlyComposeServices(t *testing.T) {
 	c := readCompose(t)
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "## Run with Docker Compose")
 	if !ok {
-		t.Fatal("README has no '## Run with Docker Compose' section")
+		t.Fatal("docs/operations.md has no '## Run with Docker Compose' section")
 	}
 	if i := strings.Index(section, "\n## "); i >= 0 {
 		section = section[:i]
@@ -119,12 +119,12 @@ func TestReadmeNamesOnlyComposeServices(t *testing.T) {
 	}
 	for n := range named {
 		if _, ok := c.Services[n]; !ok {
-			t.Errorf("README names service %q, which docker-compose.yml does not define", n)
+			t.Errorf("docs/operations.md names service %q, which docker-compose.yml does not define", n)
 		}
 	}
 	for n := range c.Services {
 		if !named[n] {
-			t.Errorf("docker-compose.yml defines %q, which the README does not describe", n)
+			t.Errorf("docker-compose.yml defines %q, which docs/operations.md does not describe", n)
 		}
 	}
 }

@@ -25,11 +25,11 @@ func asUser(t *testing.T, dsn, user, password string) string {
 	return cfg.FormatDSN()
 }
 
-// readmeGrants returns the README's SQL for the database users, one statement each, for database db
+// readmeGrants returns the configuration page's SQL for the database users, one statement each, for database db
 // and users of the test's own names (users are global to a server that other tests share).
 func readmeGrants(t *testing.T, db, serveUser, migrateUser, password string) (migrate, serve []string) {
 	t.Helper()
-	blocks := codeBlocks(readmeSection(t, "## Configuration"), "sql")
+	blocks := codeBlocks(docSection(t, "docs/configuration.md", "# Configuration"), "sql")
 	if len(blocks) != 1 {
 		t.Fatalf("the Configuration section has %d sql blocks, want the one of the database users", len(blocks))
 	}
@@ -59,12 +59,12 @@ func readmeGrants(t *testing.T, db, serveUser, migrateUser, password string) (mi
 		}
 	}
 	if len(migrate) == 0 || len(serve) == 0 {
-		t.Fatalf("the README's grants: %q then %q", migrate, serve)
+		t.Fatalf("the configuration page's grants: %q then %q", migrate, serve)
 	}
 	return migrate, serve
 }
 
-// TestServeAsALeastPrivilegeUser: with the users and grants the README's Configuration section gives,
+// TestServeAsALeastPrivilegeUser: with the users and grants the configuration page (docs/configuration.md) gives,
 // `migrate` runs as the migrate user, and everything else as the serve user (SELECT, INSERT, UPDATE on
 // ticketd's tables): `serve` with namespaces created and updated over HTTP, leases from both servers,
 // the water marks and lease rates it writes in the background and checks; `namespace create`, `lease`

@@ -20,13 +20,20 @@ import (
 // the same level or above.
 func readmeSection(t *testing.T, heading string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	return docSection(t, "README.md", heading)
+}
+
+// docSection returns the text under heading in the repository's file path (e.g. "docs/operations.md"),
+// up to the next heading of the same level or above.
+func docSection(t *testing.T, path, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../..", path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	_, sec, ok := strings.Cut("\n"+string(b), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no %q section", heading)
+		t.Fatalf("%s has no %q section", path, heading)
 	}
 	level := heading[:strings.Index(heading, " ")+1]
 	for _, l := range []string{"# ", "## ", "### "} {
@@ -64,7 +71,7 @@ func shellLines(block string) []shellLine {
 // TestConfigurationReferenceIsComplete keeps the README's configuration reference true: every flag of
 // every command, and its environment variable, must be in it.
 func TestConfigurationReferenceIsComplete(t *testing.T) {
-	ref := readmeSection(t, "## Configuration")
+	ref := docSection(t, "docs/configuration.md", "# Configuration")
 	for name, info := range commands {
 		fs := flag.NewFlagSet(name, flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -76,10 +83,10 @@ func TestConfigurationReferenceIsComplete(t *testing.T) {
 				dashes = "-"
 			}
 			if !strings.Contains(ref, "`"+dashes+f.Name) {
-				t.Errorf("%s: flag %s%s is not in the README's configuration reference", name, dashes, f.Name)
+				t.Errorf("%s: flag %s%s is not in the configuration reference (docs/configuration.md)", name, dashes, f.Name)
 			}
 			if env := cliflag.EnvName(f.Name); env != "" && !strings.Contains(ref, env) {
-				t.Errorf("%s: %s (for --%s) is not in the README's configuration reference", name, env, f.Name)
+				t.Errorf("%s: %s (for --%s) is not in the configuration reference (docs/configuration.md)", name, env, f.Name)
 			}
 		})
 	}
@@ -153,7 +160,7 @@ func TestReadmeInstallAndFirstLease(t *testing.T) {
 // the README says.
 func TestReadmePairWalkthrough(t *testing.T) {
 	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(testenv.Pair(t))}
-	section := readmeSection(t, "## Using the ticket pair")
+	section := docSection(t, "docs/operations.md", "## Using the ticket pair")
 	blocks := codeBlocks(section, "sh")
 	if len(blocks) == 0 {
 		t.Fatal("the pair section has no sh block")
@@ -299,7 +306,7 @@ func TestReadmeDockerRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mustCall(t, 200, m[1], "http://127.0.0.1:"+port+m[3], env[m[2]], m[4]); string(got) != strings.TrimSpace(shown[0]) {
+	if got := mustCall(t, 200, m[1], "http://127.0.0.1:"+port+m[3], env[m[2]], m[4]); string(got) != shown[0] {
 		t.Fatalf("the container would answer %s; the README shows %s", got, shown[0])
 	}
 }
@@ -307,7 +314,7 @@ func TestReadmeDockerRun(t *testing.T) {
 // TestReadmeLayoutMatchesTheTree: every directory the README's Layout section names exists, and every
 // directory that holds Go code is named there, or lies below one that is.
 func TestReadmeLayoutMatchesTheTree(t *testing.T) {
-	sec := readmeSection(t, "## Layout")
+	sec := docSection(t, "docs/development.md", "## Layout")
 	named := map[string]bool{}
 	for _, line := range strings.Split(sec, "\n") {
 		f := strings.Fields(line)

@@ -452,8 +452,8 @@ func TestServeSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	}
 }
 
-// TestServeInProcessOnTheEmbeddedStore drives Main the way main does, as the README runs it: no
-// database, on loopback, the README's curl with its JSON content type — with --no-auth, and with no
+// TestServeInProcessOnTheEmbeddedStore drives Main the way main does, as the HTTP API page runs it: no
+// database, on loopback, the page's curl with its JSON content type — with --no-auth, and with no
 // auth flag at all (the embedded store on loopback serves open, and says so). curl's default form type,
 // which a web page can send too, is refused and leases nothing.
 func TestServeInProcessOnTheEmbeddedStore(t *testing.T) {
@@ -495,9 +495,9 @@ func serveEmbeddedOpen(t *testing.T, flags []string, warning string) {
 	if resp.StatusCode != http.StatusUnsupportedMediaType {
 		t.Fatalf("a form-encoded POST to the open server: %d, want 415", resp.StatusCode)
 	}
-	curl := regexp.MustCompile(`(?m)^curl -X POST -H '(Content-Type: [^']+)' localhost:8080(\S+) -d '([^']*)'`).FindStringSubmatch(readmeSection(t, "## HTTP API"))
+	curl := regexp.MustCompile(`(?m)^curl -X POST -H '(Content-Type: [^']+)' localhost:8080(\S+) -d '([^']*)'`).FindStringSubmatch(docSection(t, "docs/http-api.md", "# HTTP API"))
 	if curl == nil {
-		t.Fatal("the README's HTTP section has no open curl POST with a Content-Type")
+		t.Fatal("docs/http-api.md has no open curl POST with a Content-Type")
 	}
 	ctype, _ := strings.CutPrefix(curl[1], "Content-Type: ")
 	if resp, err = http.Post(url+curl[2], ctype, strings.NewReader(curl[3])); err != nil {
@@ -505,13 +505,13 @@ func serveEmbeddedOpen(t *testing.T, flags []string, warning string) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	// The block the README's HTTP section shows for this request on a fresh data dir.
-	shown := codeBlocks(readmeSection(t, "## HTTP API"), "json")
+	// The block the HTTP API page shows for this request on a fresh data dir.
+	shown := codeBlocks(docSection(t, "docs/http-api.md", "# HTTP API"), "json")
 	if len(shown) == 0 {
-		t.Fatal("the README's HTTP section shows no answer")
+		t.Fatal("docs/http-api.md shows no answer")
 	}
-	if want := strings.TrimSpace(shown[0]); resp.StatusCode != 200 || string(body) != want {
-		t.Fatalf("%d %s, the README shows %s", resp.StatusCode, body, want)
+	if want := shown[0]; resp.StatusCode != 200 || string(body) != want {
+		t.Fatalf("%d %s, docs/http-api.md shows %s", resp.StatusCode, body, want)
 	}
 	cancel()
 	if err := <-ran; err != nil {
