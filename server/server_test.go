@@ -604,7 +604,7 @@ func TestRateLimitCoversTheTokenRoutes(t *testing.T) {
 
 func TestHealthAndReadiness(t *testing.T) {
 	s := newTestServer(t, nil)
-	if w := s.do(t, request{method: "GET", path: "/healthz"}); w.Code != 200 || w.Body.String() != `{"status":"ok"}` {
+	if w := s.do(t, request{method: "GET", path: "/healthz"}); w.Code != 200 || w.Body.String() != "{\"status\":\"ok\"}\n" {
 		t.Fatalf("healthz %d %s", w.Code, w.Body.String())
 	}
 	r := decode[api.Readiness](t, s.do(t, request{method: "GET", path: "/readyz", token: adminTok}))
