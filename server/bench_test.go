@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/labstack/echo/v4"
 
 	"github.com/ticketd/ticketd/allocator"
@@ -34,18 +35,31 @@ func serveOn(b *testing.B, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
+// latencies are the latencies of a load's requests, in microseconds. (A sorted slice, not HdrHistogram:
+// the server module stays free of the histogram library and the numeric one it brings along.)
+type latencies []int64
+
+// quantile is the nearest-rank q-th percentile; 0 when empty.
+func (l latencies) quantile(q float64) int64 {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(l))
+	rank := int(math.Ceil(q / 100 * float64(len(s))))
+	return s[min(max(rank, 1), len(s))-1]
+}
+
 // loadFor sends POSTs to url from clients goroutines, each on its own kept-alive connection, for d,
-// recording each latency in microseconds into h. It returns the requests answered.
-func loadFor(b *testing.B, client *http.Client, url, token, body string, clients int, d time.Duration, h *hdrhistogram.Histogram) int64 {
-	hists := make([]*hdrhistogram.Histogram, clients)
+// adding each latency in microseconds to h. It returns the requests answered.
+func loadFor(b *testing.B, client *http.Client, url, token, body string, clients int, d time.Duration, h *latencies) int64 {
+	hists := make([]latencies, clients)
 	var n atomic.Int64
 	var firstErr atomic.Value
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for c := 0; c < clients; c++ {
-		hists[c] = hdrhistogram.New(1, 10_000_000, 3) // 1µs to 10s
 		wg.Add(1)
-		go func(h *hdrhistogram.Histogram) {
+		go func(h *latencies) {
 			defer wg.Done()
 			for time.Now().Before(stop) {
 				req, _ := http.NewRequest("POST", url, strings.NewReader(body))
@@ -63,17 +77,17 @@ func loadFor(b *testing.B, client *http.Client, url, token, body string, clients
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
-				_ = h.RecordValue(time.Since(t0).Microseconds())
+				*h = append(*h, time.Since(t0).Microseconds())
 				n.Add(1)
 			}
-		}(hists[c])
+		}(&hists[c])
 	}
 	wg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {
 		b.Fatalf("%s: %v", url, err)
 	}
 	for _, x := range hists {
-		h.Merge(x)
+		*h = append(*h, x...)
 	}
 	return n.Load()
 }
@@ -133,11 +147,11 @@ func BenchmarkServe(b *testing.B) {
 			tr := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, DisableCompression: true}
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr}
-			hists := map[string]*hdrhistogram.Histogram{}
+			hists := map[string]*latencies{}
 			counts := map[string]int64{}
 			for _, h := range handlers {
-				hists[h] = hdrhistogram.New(1, 10_000_000, 3)
-				loadFor(b, client, urls[h], ordersTok, `{"size":1000}`, clients, 100*time.Millisecond, hdrhistogram.New(1, 10_000_000, 3)) // warm up
+				hists[h] = &latencies{}
+				loadFor(b, client, urls[h], ordersTok, `{"size":1000}`, clients, 100*time.Millisecond, &latencies{}) // warm up
 			}
 			b.ResetTimer()
 			for r := 0; r < rounds; r++ {
@@ -149,13 +163,13 @@ func BenchmarkServe(b *testing.B) {
 			secs := (rounds * round).Seconds()
 			for _, h := range handlers {
 				b.ReportMetric(float64(counts[h])/secs, h+"-req/s")
-				b.ReportMetric(float64(hists[h].ValueAtQuantile(50)), h+"-p50-µs")
-				b.ReportMetric(float64(hists[h].ValueAtQuantile(99)), h+"-p99-µs")
-				b.ReportMetric(float64(hists[h].ValueAtQuantile(99.9)), h+"-p999-µs")
+				b.ReportMetric(float64(hists[h].quantile(50)), h+"-p50-µs")
+				b.ReportMetric(float64(hists[h].quantile(99)), h+"-p99-µs")
+				b.ReportMetric(float64(hists[h].quantile(99.9)), h+"-p999-µs")
 			}
 			b.ReportMetric(counterTotal(b, m, "ticketd_cache_stalls_total"), "cache-stalls")
 			b.ReportMetric(float64(counts["cache"])/float64(counts["constant"]), "cache/constant-req/s")
-			b.ReportMetric(float64(hists["cache"].ValueAtQuantile(99))/float64(hists["constant"].ValueAtQuantile(99)), "cache/constant-p99")
+			b.ReportMetric(float64(hists["cache"].quantile(99))/float64(hists["constant"].quantile(99)), "cache/constant-p99")
 		})
 	}
 }
@@ -224,3 +238,16 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// TestLatenciesQuantile: the benchmark's percentiles are nearest-rank.
+func TestLatenciesQuantile(t *testing.T) {
+	l := latencies{50, 10, 40, 30, 20, 100, 90, 80, 70, 60}
+	for q, want := range map[float64]int64{50: 50, 99: 100, 99.9: 100, 10: 10, 11: 20, 0: 10} {
+		if got := l.quantile(q); got != want {
+			t.Errorf("quantile(%v) = %d, want %d", q, got, want)
+		}
+	}
+	if got := (latencies{}).quantile(99); got != 0 {
+		t.Errorf("empty: %d", got)
+	}
+}
