@@ -13,7 +13,7 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/prometheus/client_golang v1.25.0
-	github.com/rs/zerolog v1.35.1
+	github.com/rs/zerolog v1.28.0
 	github.com/ticketd/ticketd v0.0.0-00010101000000-000000000000
 	github.com/ticketd/ticketd/client v0.0.0-00010101000000-000000000000
 )

@@ -56,6 +56,20 @@ if [ -n "$unformatted" ]; then
 fi
 stage vet each go vet ./...
 stage "go mod tidy" each go mod tidy -diff
+# go.work builds every module with the versions all of them select together: a laboratory module that
+# requires a newer version of a dependency the server's packages use would change what the server's
+# tests run against (and what it is built with outside the workspace would go untested).
+same_versions() {
+  local f='{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}' alone together
+  alone=$(GOWORK=off go list -deps -test -f "$f" ./... | grep -v '^github.com/ticketd/ticketd' | sort -u)
+  together=$(go list -deps -test -f "$f" ./... | grep -v '^github.com/ticketd/ticketd' | sort -u)
+  if [ "$alone" != "$together" ]; then
+    echo "test.sh: in the workspace, the server's packages build with other versions than its go.mod selects:" >&2
+    diff <(echo "$alone") <(echo "$together") >&2
+    return 1
+  fi
+}
+stage "same versions in the workspace" same_versions
 # Files for people to look at (such as the status page's screenshot) land here, not in a temp dir.
 export TICKETD_ARTIFACTS="${TICKETD_ARTIFACTS:-$PWD/test-artifacts}"
 mkdir -p "$TICKETD_ARTIFACTS"
