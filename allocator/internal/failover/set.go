@@ -185,10 +185,11 @@ func (set *Set[S, R]) CloseRecording(record func(context.Context) error, release
 }
 
 // Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
-// gives one: prefer first when it names a server, then round-robin; first every server that is up or
-// due for a retry, then, if all failed and time is left, those still in backoff. lease is one attempt
-// on one server, bounded by AttemptTimeout; a server that is down is revived first. A bad name, or a
-// size below 0 or above MaxBlockSizeLimit, is refused before any server is asked.
+// gives one: prefer first when it names a server (also while it is in backoff), then round-robin;
+// first every server that is up or due for a retry, then, if all failed and time is left, those still
+// in backoff. lease is one attempt on one server, bounded by AttemptTimeout; a server that is down is
+// revived first. A bad name, or a size below 0 or above MaxBlockSizeLimit, is refused before any
+// server is asked.
 func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, prefer string,
 	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
 	if err := allocator.ValidateName(namespace); err != nil {
@@ -236,12 +237,15 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 		}
 		return blk, false, nil
 	}
-	// First every server that is up (or due for a retry), then, if all failed and time is left, the
-	// ones still in backoff: better a late answer than none.
+	// First the server preferred and every server that is up (or due for a retry), then, if all failed
+	// and time is left, the ones still in backoff: better a late answer than none. The server preferred
+	// goes first also while it is in backoff: the segment cache prefers a server that is down while
+	// none is known up, and hedges the lease to another after a while, and that hedge must not ask the
+	// first lease's server first.
 	order := set.Order(prefer)
 	for pass := 0; pass < 2; pass++ {
 		for _, s := range order {
-			if tried[s] || (pass == 0 && !s.Usable() && !s.Due(set.cfg.Now())) {
+			if tried[s] || (pass == 0 && s.Name() != prefer && !s.Usable() && !s.Due(set.cfg.Now())) {
 				continue
 			}
 			if ctx.Err() != nil {
