@@ -191,6 +191,9 @@ func (m *mysqlServers) faults(w *world) []fault {
 				if m.dump == nil {
 					return errors.New("no dump of server b was taken")
 				}
+				if err := w.issuedPast(ctx, 1); err != nil {
+					return err
+				}
 				cmd := b.Client(ctx, "mariadb")
 				cmd.Stdin = bytes.NewReader(m.dump)
 				if out, err := cmd.CombinedOutput(); err != nil {
@@ -217,6 +220,9 @@ func (m *mysqlServers) faults(w *world) []fault {
 			apply: func(ctx context.Context, _ *FaultResult) error {
 				if m.coldCopy == "" {
 					return errors.New("no copy of server a's data directory was taken")
+				}
+				if err := w.issuedPast(ctx, 0); err != nil {
+					return err
 				}
 				if err := a.Stop(); err != nil {
 					return err
