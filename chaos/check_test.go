@@ -257,7 +257,7 @@ func TestScheduleWindowsDoNotOverlap(t *testing.T) {
 	galeraWorld.servers.(*galeraServers).nodes = []*testservers.MariaDB{{}, {}, {}}
 	for _, w := range []*world{mysqlWorld, redisWorld, galeraWorld} {
 		fs := w.faults()
-		want := map[string]int{BackendMySQL: 14, BackendRedis: 11, BackendGalera: 9}[w.backend]
+		want := map[string]int{BackendMySQL: 15, BackendRedis: 12, BackendGalera: 9}[w.backend]
 		if len(fs) != want {
 			t.Errorf("%s: %d faults, want %d", w.backend, len(fs), want)
 		}

@@ -41,6 +41,7 @@ var (
 	slotRestoreCold = [2]float64{0.64, 0.70}
 	slotKillB       = [2]float64{0.72, 0.80}
 	slotCeiling     = [2]float64{0.81, 0.85}
+	slotPromote     = [2]float64{0.86, 0.97}
 )
 
 func at(slot [2]float64, f fault) fault {

@@ -46,7 +46,7 @@ func TestHelpExitsZero(t *testing.T) {
 		"--help": {"usage: ticketd-bench [flags] [gen] [btree] [load]", "ticketd-bench chaos --help", "$TICKETD_MYSQL", "-rows int"},
 		"-h":     {"usage: ticketd-bench [flags]"},
 		"chaos --help": {"usage: ticketd-bench chaos [flags]", "command line only", "-min-ids number",
-			"max_id lowered by an admin process cut off from a server", "above the max_id in force"},
+			"max_id lowered by an admin process cut off from a server", "replica of a server promoted in its place", "above the max_id in force"},
 		"gen load -h":          {"usage: ticketd-bench [flags]"},
 		"chaos -h gen":         {"usage: ticketd-bench chaos"},
 		"btree --quick --help": {"-quick"},
