@@ -100,10 +100,11 @@ const ceilingRoom = 4
 
 // ceilingLowered lowers the ceiling namespace's max_id from an admin process of its own, as `ticketd
 // namespace update --max-id` run beside the replicas would: first while the admin's way to server b
-// is cut (through proxies of its own), which must be refused and change nothing — a process started
-// afterwards still reads the ceiling before — then from a new admin process that reaches every server,
-// which must succeed. The revert draws the namespace up to its ceiling through replica 1, beside its
-// clients: every server is then exhausted, and every block leased after the lowering is held to it.
+// is cut (through proxies of its own), which must be refused as unavailable, naming b, and change
+// nothing — a process started afterwards still reads the ceiling before — then from a new admin
+// process that reaches every server, which must succeed. The revert draws the namespace up to its
+// ceiling through replica 1, beside its clients: every server is then exhausted, and every block
+// leased after the lowering is held to it.
 func (w *world) ceilingLowered() fault {
 	const cut = 1
 	name := fmt.Sprintf("max_id of %s lowered by an admin process cut off from server %s, then by one that reaches every server; the namespace drawn up to its ceiling",
@@ -123,12 +124,16 @@ func (w *world) ceilingLowered() fault {
 			target := w.ceilingTarget(ns)
 			breakWay(cut)
 			_, err = admin.UpdateNamespace(ctx, ceilingSettings(target))
-			refused := err != nil
-			if !refused {
+			// Refused as unavailable, naming the server: the operator knows what to bring back.
+			refused := errors.Is(err, allocator.ErrUnavailable) && strings.Contains(err.Error(), admin.Servers()[cut])
+			switch {
+			case err == nil:
 				w.lowered(target, time.Now()) // in force, wrongly: the clients are held to it
 				res.Detail = fmt.Sprintf("lowering to %d with server %s cut off: accepted", target, label(cut))
-			} else {
+			case refused:
 				res.Detail = fmt.Sprintf("lowering to %d with server %s cut off: refused (%v)", target, label(cut), err)
+			default:
+				res.Detail = fmt.Sprintf("lowering to %d with server %s cut off: failed, but not as unavailable naming it (%v)", target, label(cut), err)
 			}
 			closeAdmin()
 

@@ -183,8 +183,9 @@ const (
 	// replica may fence or refuse it, and it must serve again without a repair.
 	ExpectHealed = "healed"
 	// ExpectCeiling: a namespace's max_id is lowered while a server is out of the admin's reach, which
-	// must be refused and change nothing, then with every server in reach; the namespace is then drawn
-	// up to the ceiling, and no block leased after the lowering may pass it (ids_above_max_id).
+	// must be refused as unavailable and change nothing, then with every server in reach; the
+	// namespace is then drawn up to the ceiling, and no block leased after the lowering may pass it
+	// (ids_above_max_id).
 	ExpectCeiling = "ceiling"
 )
 
@@ -233,7 +234,7 @@ func (f FaultResult) problem() string {
 	case f.Expect == ExpectHealed && f.Checked == 0:
 		return "was not exercised: the rebuilt server issued no block after it rejoined"
 	case f.Expect == ExpectCeiling && !f.FencedOrRefused:
-		return "went unnoticed: the lowering that a server could not take was accepted, or changed the ceiling"
+		return "went unnoticed: the lowering that a server could not take was not refused as unavailable, or changed the ceiling"
 	case f.Expect == ExpectCeiling && f.Checked == 0:
 		return "was not exercised: no block was leased after the ceiling was lowered"
 	}
