@@ -289,11 +289,12 @@ func runStartCutOff(t *testing.T, f Fleet) {
 // crashingProcesses is how many processes lease at once before they all crash.
 const crashingProcesses = 8
 
-// runFleetCrash: eight processes lease as fast as they can (blocks of 100, water marks every
-// second); each crashes 0.9 s after its last water-mark write began, so that what it leased since is in
-// no mark; then B loses its data. A fresh process fences B, and the repair with the default margin must
-// move B past every ID any of the eight took from it: the margin covers what the whole fleet can have
-// leased since the last mark, not what one process can.
+// runFleetCrash: eight processes lease from B as fast as they can (blocks of 100, water marks every
+// second). Then the way from every process to A, which keeps B's marks, breaks, and 0.9 s later they
+// all crash: what they leased since their last marks reached A is in no mark. Then B loses its data.
+// A fresh process fences B, and the repair with the default margin must move B past every ID any of
+// the eight took from it: the margin covers what the whole fleet can have leased since the last mark,
+// not what one process can.
 func runFleetCrash(t *testing.T, f Fleet) {
 	r := &operatorRun{t: t, ctx: context.Background()}
 	b := f.Name(1)
@@ -301,36 +302,26 @@ func runFleetCrash(t *testing.T, f Fleet) {
 	if _, err := admin.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxBlockSize: 100}); err != nil {
 		t.Fatal(err)
 	}
+	_ = admin.Close()
 	const interval = time.Second
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
 	errs := make([]error, crashingProcesses)
-	for i := range crashingProcesses {
-		writing := make(chan time.Time, 64)
-		p := f.Process(t, ProcessOptions{WatermarkInterval: interval, MarksWriting: func() {
-			select {
-			case writing <- time.Now():
-			default:
-			}
-		}})
+	procs := make([]*Process, crashingProcesses)
+	for i := range procs {
+		p := f.Process(t, ProcessOptions{Proxied: true, WatermarkInterval: interval})
+		procs[i] = p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer p.Crash()
-			warm := time.Now().Add(3 * interval)
-			var crashAt time.Time
 			for {
 				select {
-				case w := <-writing:
-					if crashAt.IsZero() && w.After(warm) {
-						crashAt = w.Add(interval * 9 / 10)
-					}
+				case <-stop:
+					return
 				default:
 				}
-				if !crashAt.IsZero() && time.Now().After(crashAt) {
-					return
-				}
-				blk, err := p.Lease(r.ctx, "orders", 100)
+				blk, err := p.LeaseFrom(r.ctx, "orders", 100, b)
 				if err != nil {
 					errs[i] = err
 					return
@@ -341,19 +332,28 @@ func runFleetCrash(t *testing.T, f Fleet) {
 			}
 		}()
 	}
+	time.Sleep(4 * interval) // every process's pace reaches the marks a few times
+	for _, p := range procs {
+		p.Cut(t, 0)
+	}
+	time.Sleep(interval * 9 / 10)
+	close(stop)
 	wg.Wait()
+	for _, p := range procs {
+		p.Crash()
+	}
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	_ = admin.Close()
 	highestB := Highest(r.blocks, b)
 	t.Logf("%d processes leased %d blocks; %s issued up to %d", crashingProcesses, len(r.blocks), b, highestB)
 	if err := f.Wipe(r.ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	p := r.open(f)
+	p := f.Process(t, ProcessOptions{WatermarkInterval: interval}) // run as the fleet is
+	t.Cleanup(func() { _ = p.Close() })
 	FencedHealth(t, p, b)
-	res, err := p.(allocator.Repairer).Repair(r.ctx, "orders", b, allocator.RepairOptions{})
+	res, err := p.Repair(r.ctx, "orders", b, allocator.RepairOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,20 +370,19 @@ func runFleetCrash(t *testing.T, f Fleet) {
 
 // runReplicaPromoted: A has an asynchronous replica. p1 leases from A and closes (its marks reach B);
 // the replica then stops receiving; p2 leases from A past the replica and dies with A, so that no mark
-// holds what it took. A is killed and the replica takes its address, behind it. A process that leased
-// from A past the replica and survives must fence it (its counter is below what it saw); so must a
-// process started after everything that leased from A died — the replica's counter is at or above
-// every mark, but it is not the server the marks were taken on. The repair then makes A serve above
-// everything it issued.
+// holds what it took. A is killed and the replica takes its address, behind A but at or above every
+// mark. Neither a process that ran all along (it read the marks, and leased from B only) nor one
+// started now may lease from it: it is not the server the marks were taken on. The repair then makes
+// A serve above everything it issued.
 func runReplicaPromoted(t *testing.T, f Fleet) {
 	r := &operatorRun{t: t, ctx: context.Background()}
-	a := f.Name(0)
+	a, b := f.Name(0), f.Name(1)
 	p1 := r.open(f)
 	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100}); err != nil {
 		t.Fatal(err)
 	}
 	r.leaseFrom(p1, a, 3)
-	r.leaseFrom(p1, f.Name(1), 3)
+	r.leaseFrom(p1, b, 3)
 	replica, err := f.Replicate(r.ctx, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -397,15 +396,14 @@ func runReplicaPromoted(t *testing.T, f Fleet) {
 	}
 	p2 := f.Process(t, ProcessOptions{WatermarkInterval: time.Hour})
 	r.leaseFrom(p2, a, 3)
-	survivor := r.open(f)
-	r.leaseFrom(survivor, a, 1)
 	p2.Crash()
+	running := r.open(f)
+	r.leaseFrom(running, b, 1)
 	highestA := Highest(r.blocks, a)
 	if err := replica.Promote(r.ctx); err != nil {
 		t.Fatal(err)
 	}
-	p3 := r.open(f) // started after every process that leased from A but one died with it
-	for i, p := range []allocator.Backend{p3, survivor} {
+	for i, p := range []allocator.Backend{running, r.open(f)} {
 		if blk, err := p.(preferring).LeaseFrom(r.ctx, "orders", 0, a); err == nil {
 			r.blocks = append(r.blocks, blk)
 			if blk.Server == a {
@@ -416,14 +414,14 @@ func runReplicaPromoted(t *testing.T, f Fleet) {
 		t.Logf("process %d: %s", i+1, h.Error)
 	}
 	r.disjoint()
-	res, err := p3.(allocator.Repairer).Repair(r.ctx, "orders", a, allocator.RepairOptions{})
+	res, err := running.(allocator.Repairer).Repair(r.ctx, "orders", a, allocator.RepairOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Fenced || res.After <= highestA {
 		t.Fatalf("repair %+v; %s had issued up to %d", res, a, highestA)
 	}
-	for _, p := range []allocator.Backend{p3, survivor} {
+	for _, p := range []allocator.Backend{running, r.open(f)} {
 		if blk := r.untilFrom(p, a); blk.Start <= highestA {
 			t.Fatalf("after the repair %s leased %v, not above %d", a, blk, highestA)
 		}
