@@ -439,7 +439,7 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 			if calls == 1 { // the first call waits for the client's first block: start-up
 				start, made, due = time.Now(), 0, 1
 			}
-			if err != nil && d.namespace == CeilingNamespace && errors.Is(err, allocator.ErrExhausted) {
+			if err != nil && d.namespace == CeilingNamespace && errors.Is(err, client.ErrExhausted) {
 				// The answer a namespace drawn up to its ceiling must give: no ID is awaited, so the
 				// call is neither a stall nor a failure (the SDK asks every ticketd before it gives
 				// this answer, and waits for one that is down).
