@@ -42,7 +42,10 @@ func (p *Store) writeWatermarks(ctx context.Context) error {
 			if peer == s || !peer.Usable() {
 				continue
 			}
-			errs = append(errs, p.writeTo(ctx, s, peer, *v, rates, now))
+			// On a Galera cluster the marks replicate, so writers (processes closing together, or
+			// one process writing a row to two nodes) meet on the same rows: a statement that lost
+			// is rolled back, and the marks still pending are written again.
+			errs = append(errs, retryConflicts(ctx, func() error { return p.writeTo(ctx, s, peer, *v, rates, now) }))
 		}
 	}
 	return errors.Join(errs...)
