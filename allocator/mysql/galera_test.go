@@ -93,6 +93,22 @@ func TestGalera(t *testing.T) {
 		}
 	})
 
+	// The causal read sets the session variable around one read (SET STATEMENT … FOR is MariaDB's
+	// alone): it reads the node's rows, and its connection goes back to the pool as it was.
+	t.Run("CausalReadLeavesTheSessionAsItWas", func(t *testing.T) {
+		s := p.set.All()[0]
+		s.ctl.SetMaxOpenConns(1) // the read after it has the connection the causal read used
+		defer s.ctl.SetMaxOpenConns(4)
+		rows, err := s.ownRows(ctx, s.view().offset, true)
+		if err != nil || len(rows) != 1 || rows[0].ns.Name != "orders" || rows[0].offset != s.view().offset {
+			t.Fatalf("causal read of %s's rows: %+v, %v", names[0], rows, err)
+		}
+		var wait int
+		if err := s.ctl.QueryRowContext(ctx, "SELECT @@SESSION.wsrep_sync_wait").Scan(&wait); err != nil || wait != 0 {
+			t.Fatalf("after the causal read the pool's connection has wsrep_sync_wait %d (%v); want 0, as before it", wait, err)
+		}
+	})
+
 	// The cluster orders a node's lease before the node commits it, so a peer can apply the lease
 	// first: a check that reads the peer's copy and then the node's own row must not take the copy
 	// being ahead for a node gone back in time.
