@@ -203,6 +203,9 @@ type ServerHealth struct {
 	Error string `json:"error,omitempty"`
 	// Replication says how the server replicates, when it does (see ServerState.Replication).
 	Replication string `json:"replication,omitempty"`
+	// Marks says why this process's water marks do not reach the server, when they do not: the
+	// server still serves, but the restored-state guard forgets what this process saw when it stops.
+	Marks string `json:"marks,omitempty"`
 }
 
 // HealthReporter is implemented by backends that can say which of their ticket servers are usable.

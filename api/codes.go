@@ -103,4 +103,7 @@ type ServerStatus struct {
 	Fenced bool `json:"fenced,omitempty"`
 	// Reason says why an unhealthy server is out.
 	Reason string `json:"reason,omitempty"`
+	// Marks says why this process's water marks do not reach the server, when they do not: it serves,
+	// but the restored-state guard forgets what this process saw when it stops.
+	Marks string `json:"marks,omitempty"`
 }

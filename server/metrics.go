@@ -249,6 +249,7 @@ type stateCollector struct {
 	cache     *segmentCache            // may be nil
 	up        *prometheus.Desc
 	fenced    *prometheus.Desc
+	marks     *prometheus.Desc
 	segments  *prometheus.Desc
 	left      *prometheus.Desc
 	size      *prometheus.Desc
@@ -263,6 +264,8 @@ func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom fun
 		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
 		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
+		marks: prometheus.NewDesc("ticketd_watermarks_failing",
+			"1 while this process's water marks cannot be written into the ticket server (a missing grant, a full disk): it serves, but the restored-state guard forgets what this process saw when it stops; /readyz and ticketd doctor say why.", []string{"server"}, nil),
 		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{"namespace"}, nil),
 		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{"namespace"}, nil),
 		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{"namespace"}, nil),
@@ -272,6 +275,7 @@ func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom fun
 func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.up
 	ch <- sc.fenced
+	ch <- sc.marks
 	ch <- sc.segments
 	ch <- sc.left
 	ch <- sc.size
@@ -291,6 +295,11 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				f = 1
 			}
 			ch <- prometheus.MustNewConstMetric(sc.fenced, prometheus.GaugeValue, f, h.Name)
+			m := 0.0
+			if h.Marks != "" {
+				m = 1
+			}
+			ch <- prometheus.MustNewConstMetric(sc.marks, prometheus.GaugeValue, m, h.Name)
 		}
 	}
 	if sc.cache != nil {

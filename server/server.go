@@ -574,7 +574,7 @@ func (s *Server) readyz(c echo.Context) error {
 			if !caller.admin {
 				continue
 			}
-			st := api.ServerStatus{Name: h.Name, Healthy: h.Healthy, Fenced: h.Fenced}
+			st := api.ServerStatus{Name: h.Name, Healthy: h.Healthy, Fenced: h.Fenced, Marks: clipReason(h.Marks)}
 			if !h.Healthy {
 				st.Reason = clipReason(h.Error)
 			}

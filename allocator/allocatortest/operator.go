@@ -30,6 +30,11 @@ type Fleet interface {
 	// ColdCopy stops server i, copies its data files and starts it again; the returned putBack puts
 	// the copy in place of the files of server i, which must be stopped: a physical backup restored.
 	ColdCopy(ctx context.Context, i int) (putBack func() error, err error)
+	// Process opens a backend as Open does, tuned by o, with what a test can do to that process. The
+	// suite closes it.
+	Process(t *testing.T, o ProcessOptions) *Process
+	// Replicate starts an asynchronous replica of server i that holds everything server i holds.
+	Replicate(ctx context.Context, i int) (Replica, error)
 }
 
 // preferring is a backend that can be asked to lease from one server first.
@@ -37,11 +42,14 @@ type preferring interface {
 	LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error)
 }
 
-// RunOperatorFaults runs the suite of operator actions that would make a ticket server issue an ID
-// twice if it went unnoticed: a dump reloaded into a live server, a server that lost its data, a
-// namespace's start advanced while a server was down (also while the server holding the change is
-// down when the other returns), and a server restored from a copy taken before a start advance. Each case gets a fresh fleet from newFleet. The backend must
-// implement LeaseFrom, allocator.HealthReporter and allocator.Repairer.
+// RunOperatorFaults runs the suite of operator and fleet actions that would make a ticket server issue
+// an ID twice, or above max_id, if it went unnoticed: a dump reloaded into a live server, a server that
+// lost its data, a namespace's start advanced while a server was down (also while the server holding
+// the change is down when the other returns), a server restored from a copy taken before a start
+// advance, a ceiling raised while a server was down; a ceiling lowered while a server leases past it,
+// or while the way to a server breaks; a whole fleet of processes crashing before a server loses its
+// data; and a lagging replica promoted in a server's place. Each case gets a fresh fleet from
+// newFleet. The backend must implement LeaseFrom, allocator.HealthReporter and allocator.Repairer.
 func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("DumpReloadedIntoLiveServer", func(t *testing.T) {
 		runRollback(t, newFleet(t), func(ctx context.Context, f Fleet, restore func(context.Context) error) error {
@@ -68,6 +76,7 @@ func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("CeilingRaisedWhileServerDownAndHolderDownAtReturn", func(t *testing.T) {
 		runCeilingRaised(t, newFleet(t), true)
 	})
+	fleetCases(t, newFleet)
 }
 
 // runCeilingRaised: with server B down, a lower max_id is refused (what B issued is unknown) and a

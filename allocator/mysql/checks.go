@@ -15,14 +15,16 @@ import (
 // auto_increment values of the moment it connected).
 func readVars(ctx context.Context, db *sql.DB) (serverVars, error) {
 	var v serverVars
-	var logBin, readOnly int64
+	var logBin, readOnly, serverID int64
 	err := db.QueryRowContext(ctx, `SELECT @@GLOBAL.auto_increment_increment, @@GLOBAL.auto_increment_offset,
-		@@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.log_bin, @@GLOBAL.sync_binlog, @@GLOBAL.version, @@GLOBAL.read_only`).
-		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version, &readOnly)
+		@@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.log_bin, @@GLOBAL.sync_binlog, @@GLOBAL.version, @@GLOBAL.read_only,
+		@@GLOBAL.server_id`).
+		Scan(&v.increment, &v.offset, &v.flushAtCommit, &logBin, &v.syncBinlog, &v.version, &readOnly, &serverID)
 	if err != nil {
 		return v, err
 	}
 	v.logBin, v.readOnly = logBin == 1, readOnly == 1
+	v.identity = fmt.Sprintf("server_id %d", serverID)
 	// Galera's settings exist only on servers built with it: read them by name, which MySQL answers
 	// with no row.
 	wsrep, err := nameValues(ctx, db, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_auto_increment_control')")

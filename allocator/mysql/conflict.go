@@ -29,8 +29,8 @@ func isConflict(err error) bool {
 const conflictTries = 8
 
 // retryConflicts runs write, and runs it again after a short jittered wait while it fails with a
-// conflict, a few times at most and never past ctx. write must be safe to run again: the water marks'
-// writes only ever raise what they find.
+// conflict, a few times at most and never past ctx. write must be one statement run on its own (its
+// own transaction): a conflict rolls it back whole, so run again it takes effect once.
 func retryConflicts(ctx context.Context, write func() error) error {
 	wait := backoff.Policy{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}
 	for try := 1; ; try++ {

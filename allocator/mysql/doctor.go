@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 	"github.com/ticketd/ticketd/schema"
 )
 
@@ -94,6 +95,9 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 		list = append(list, namedVars{s.Name(), v})
 		if sd.Schema < schema.Latest() {
 			problem("%s has schema version %d, this ticketd needs %d: run `ticketd migrate`", s.Name(), sd.Schema, schema.Latest())
+		} else if err := s.tryMarkWrites(ctx); err != nil {
+			problem("ticketd cannot write the water marks of its peers on %s (%v): it serves, but the restored-state guard forgets what each process saw when it stops; grant INSERT and UPDATE on ticketd_watermarks and ticketd_lease_rates to ticketd's user, or free the disk",
+				s.Name(), err)
 		}
 	}
 	for _, e := range crossProblems(list, len(p.set.All())) {
@@ -156,6 +160,10 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 					nd.Status = "step/offset mismatch"
 					problem("namespace %q on %s was created with step %d offset %d but the server runs with auto_increment_increment %d offset %d: restore the server's settings",
 						name, s.Name(), r.step, r.offset, v.increment, v.offset)
+				} else if w := marks[name]; w.Replaced(v.identity) {
+					nd.Status = "fenced: another server in its place"
+					problem("%s; if a replica was promoted in its place, check how far behind it was, then run `ticketd repair %s --server %s`",
+						failover.IdentityChanged(name, w, v.identity), name, s.Name())
 				} else if r.next < nd.Watermark {
 					nd.Status = "fenced: counter below water mark"
 					problem("namespace %q on %s: counter %d is below %d recorded by %s: the server looks restored from an old backup; check it, then run `ticketd repair %s --server %s`",
@@ -192,6 +200,23 @@ func (p *Store) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
 		sd.Schema = *version
 	}
 	return sd
+}
+
+// tryMarkWrites writes a water mark and a lease rate of a namespace that cannot exist, as the guard
+// writes them, and rolls both back: what fails here fails for every process's marks.
+func (s *server) tryMarkWrites(ctx context.Context) error {
+	tx, err := s.ctl.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back on purpose
+	// Not a namespace name: no row of a real namespace is touched.
+	const probe = "~doctor"
+	if _, err := tx.ExecContext(ctx, markSQL, probe, 0, 0, 0, "", "", 0, "", 0, 0); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, paceSQL, probe, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 0, 0, 0, 1)
+	return err
 }
 
 // unwrapMisconfigured drops the sentinel's prefix from a check's message: the doctor's table says it.

@@ -23,12 +23,18 @@ var errNotChecked = errors.New("mysql: ticket server not checked yet")
 // untouched, and the lease looks at why (whyNoLease). The counter first rises to the namespace's
 // start, so a server that missed a start advanced while it was away never issues below it.
 //
+// The ceiling is the lower of the row's max_id and the newest this process knows (the settings it
+// leases by, merged from every server's copy): a server that missed a lower ceiling — the change cut
+// off on its way there, or a row written by a ticketd that ignores ceilings — never leases above it
+// either, in any process that knows it.
+//
 // Parameters: first ID at or above start, total, step; name, step, offset, floor, step, offset mod
-// step, largest size, first ID at or above start, total, step, first ID at or above start, total, step.
+// step, largest size, first ID at or above start, total, step, first ID at or above start, known
+// max_id, total, step.
 const leaseSQL = `UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(GREATEST(next_id, ?) + ? * ?)
 	WHERE name = ? AND step = ? AND id_offset = ? AND next_id >= ? AND MOD(next_id, ?) = ?
 	AND ? <= max_block_size AND GREATEST(next_id, ?) <= 9223372036854775807 - ? * ?
-	AND GREATEST(next_id, ?) <= max_id - (? - 1) * ?`
+	AND GREATEST(next_id, ?) <= LEAST(max_id, ?) - (? - 1) * ?`
 
 // lastLeaseSQL takes the last IDs below the ceiling, fewer than asked for: the counter moves from the
 // value whyNoLease read to the given end only if it is still that value, under the same proof as
@@ -76,7 +82,7 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 	for try := 0; ; try++ {
 		floor := s.marks.Get(ns.Name)
 		res, err := s.db.ExecContext(ctx, leaseSQL, first, total, step,
-			ns.Name, step, offset, floor.Value, step, offset%step, largest, first, total, step, first, total, step)
+			ns.Name, step, offset, floor.Value, step, offset%step, largest, first, total, step, first, ns.WithDefaults().MaxID, total, step)
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +111,7 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 		if err != nil {
 			return nil, err
 		}
-		return s.cut(ns, end, step, taken, sizes)
+		return s.cut(ns, end, v, taken, sizes)
 	}
 }
 
@@ -114,11 +120,12 @@ func (s *server) leaseUpdate(ctx context.Context, v *serverVars, ns allocator.Na
 func (s *server) leaseLast(ctx context.Context, v *serverVars, ns allocator.Namespace, r rowSettings, floor failover.Mark, first, total, largest int64) (int64, sql.Result, error) {
 	step := v.increment
 	base := max(r.next, first)
-	ceiling := min(r.ns.MaxID, math.MaxInt64-step) // the counter, one step past the last ID, stays an int64
+	maxID := min(r.ns.MaxID, ns.WithDefaults().MaxID)
+	ceiling := min(maxID, math.MaxInt64-step) // the counter, one step past the last ID, stays an int64
 	taken := allocator.Fit(base, step, total, ceiling)
 	if taken == 0 {
 		return 0, nil, fmt.Errorf("%w: namespace %q reached its max_id %d on %s (counter %d, step %d)",
-			allocator.ErrExhausted, ns.Name, r.ns.MaxID, s.Name(), r.next, step)
+			allocator.ErrExhausted, ns.Name, maxID, s.Name(), r.next, step)
 	}
 	res, err := s.db.ExecContext(ctx, lastLeaseSQL, base+taken*step,
 		ns.Name, step, v.offset, r.next, floor.Value, r.ns.MaxID, largest)
@@ -131,14 +138,15 @@ func (s *server) leaseLast(ctx context.Context, v *serverVars, ns allocator.Name
 	return taken, res, nil
 }
 
-// cut records a range of taken IDs of step ending at end, and cuts it into the blocks of sizes, in
-// order, as far as it reaches.
-func (s *server) cut(ns allocator.Namespace, end, step, taken int64, sizes []int64) ([]allocator.Block, error) {
+// cut records a range of taken IDs ending at end, leased under the settings v, and cuts it into the
+// blocks of sizes, in order, as far as it reaches.
+func (s *server) cut(ns allocator.Namespace, end int64, v *serverVars, taken int64, sizes []int64) ([]allocator.Block, error) {
+	step, identity := v.increment, v.identity
 	whole, err := allocator.BlockEnding(ns.Name, s.Name(), end, step, taken, allocator.ExpiryFor(s.pair.cfg.now(), ns.LeaseTTL))
 	if err != nil {
 		return nil, err
 	}
-	s.marks.Leased(ns.Name, end, taken*step)
+	s.marks.Leased(ns.Name, end, taken*step, identity)
 	blocks := make([]allocator.Block, 0, len(sizes))
 	var from int64
 	for _, n := range sizes {
@@ -175,7 +183,7 @@ func (s *server) whyNoLease(ctx context.Context, v *serverVars, ns allocator.Nam
 			allocator.ErrMisconfigured, s.Name(), ns.Name, r.next, v.offset, v.increment)
 	case largest > r.ns.MaxBlockSize:
 		return fmt.Errorf("%w: %d is above namespace %q's max_block_size %d", allocator.ErrInvalidSize, largest, ns.Name, r.ns.MaxBlockSize)
-	case allocator.Fit(max(r.next, first), r.step, total, min(r.ns.MaxID, math.MaxInt64-r.step)) < total:
+	case allocator.Fit(max(r.next, first), r.step, total, min(r.ns.MaxID, ns.WithDefaults().MaxID, math.MaxInt64-r.step)) < total:
 		return &ceilingHit{row: r}
 	}
 	return fmt.Errorf("%w: %s's counter for %q is %d; %d more IDs of step %d would pass %d",

@@ -2,12 +2,18 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
@@ -27,8 +33,11 @@ type fleet struct {
 // newFleet starts the pair and applies the schema once, as `ticketd migrate` would: the processes the
 // tests open do not migrate at every check, which would race a dump being reloaded (the reload drops
 // and creates each table; a check creating one between the two stops the reload).
-func newFleet(t *testing.T, tweak func(*Config)) *fleet {
-	pair := testenv.PrivatePair(t)
+func newFleet(t *testing.T, tweak func(*Config)) *fleet { return newFleetWith(t, tweak, nil) }
+
+// newFleetWith is newFleet with extra mariadbd arguments for server i (see testenv.PrivatePairWith).
+func newFleetWith(t *testing.T, tweak func(*Config), extra func(i int) []string) *fleet {
+	pair := testenv.PrivatePairWith(t, extra)
 	for _, m := range pair {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
 		if _, err := MigrateDSN(context.Background(), m.DSN("ticketd")); err != nil {
@@ -112,8 +121,133 @@ func (f *fleet) ColdCopy(ctx context.Context, i int) (func() error, error) {
 	}, m.Start(ctx)
 }
 
+// Process opens a store as a process of its own, tuned by o. Proxied, it reaches each server through a
+// toxiproxy of its own, and keeps the servers' own names.
+func (f *fleet) Process(t *testing.T, o allocatortest.ProcessOptions) *allocatortest.Process {
+	dsns := append([]string(nil), f.dsns...)
+	var cut func(i int)
+	if o.Proxied {
+		var proxies []*toxiproxy.Proxy
+		dsns, proxies = proxied(t, dsns)
+		cut = func(i int) { proxies[i].Stop() }
+	}
+	p := openStore(t, dsns, func(c *Config) {
+		f.tweak(c)
+		c.Names = []string{f.Name(0), f.Name(1)}
+		if o.WatermarkInterval > 0 {
+			c.WatermarkInterval = o.WatermarkInterval
+		}
+		if o.SettingsTTL > 0 {
+			c.SettingsTTL = o.SettingsTTL
+		}
+		c.beforeChange, c.marksWriting = o.BeforeChange, o.MarksWriting
+	})
+	return allocatortest.NewProcess(p, cut, p.crash)
+}
+
+// proxied puts a toxiproxy of the test's own in front of each server of dsns, and returns the DSNs
+// that go through them.
+func proxied(t testing.TB, dsns []string) ([]string, []*toxiproxy.Proxy) {
+	t.Helper()
+	toxi := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	out := make([]string, len(dsns))
+	proxies := make([]*toxiproxy.Proxy, len(dsns))
+	for i, dsn := range dsns {
+		mc, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxies[i] = toxiproxy.NewProxy(toxi, fmt.Sprintf("server-%d", i), "127.0.0.1:0", mc.Addr)
+		if err := proxies[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxies[i].Stop)
+		mc.Addr = proxies[i].Listen
+		out[i] = mc.FormatDSN()
+	}
+	return out, proxies
+}
+
+// replica is a MariaDB that replicates server i of the fleet.
+type replica struct {
+	f *fleet
+	i int
+	m *testservers.MariaDB
+}
+
+// Replicate starts a MariaDB configured as server i (its increment and offset, a server_id of its
+// own) that replicates server i from the start of its binary log, and waits until it has caught up.
+func (f *fleet) Replicate(ctx context.Context, i int) (allocatortest.Replica, error) {
+	src := f.pair[i].Options()
+	m := testenv.PrivateMariaDB(f.t, testservers.MariaDBOptions{Increment: src.Increment, Offset: src.Offset,
+		ExtraArgs: append(testservers.Binlog(10+i), "--skip-slave-start")})
+	testenv.Exec(f.t, m.DSN(""), fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER='root', MASTER_USE_GTID=slave_pos", f.pair[i].Port),
+		"START SLAVE")
+	r := &replica{f: f, i: i, m: m}
+	return r, r.catchUp(ctx)
+}
+
+// catchUp waits until the replica has applied everything its source logged.
+func (r *replica) catchUp(ctx context.Context) error {
+	src, err := sql.Open("mysql", r.f.pair[r.i].DSN(""))
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var pos string
+	if err := src.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_pos").Scan(&pos); err != nil {
+		return err
+	}
+	db, err := sql.Open("mysql", r.m.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var waited int
+	if err := db.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, 30)", pos).Scan(&waited); err != nil || waited != 0 {
+		return fmt.Errorf("the replica did not catch up with %s within 30s: %d, %v", pos, waited, err)
+	}
+	return nil
+}
+
+// Freeze catches up, then stops replication: the replica lags from here on.
+func (r *replica) Freeze(ctx context.Context) error {
+	if err := r.catchUp(ctx); err != nil {
+		return err
+	}
+	testenv.Exec(r.f.t, r.m.DSN(""), "STOP SLAVE")
+	return nil
+}
+
+// Promote kills the server and starts the replica on its port, no longer a replica of anything.
+func (r *replica) Promote(ctx context.Context) error {
+	old := r.f.pair[r.i]
+	if err := old.Kill(); err != nil {
+		return err
+	}
+	if err := r.m.Stop(); err != nil {
+		return err
+	}
+	opts := r.m.Options()
+	opts.Port = old.Port
+	m, err := testservers.StartMariaDB(ctx, opts)
+	if err != nil {
+		return err
+	}
+	r.f.t.Cleanup(func() { _ = m.Kill() })
+	testenv.Exec(r.f.t, m.DSN(""), "RESET SLAVE ALL")
+	r.f.pair[r.i], r.m = m, m
+	return nil
+}
+
+// crash stops the store as a killed process stops: the background work ends and nothing more is
+// written, not even the last water marks Close writes.
+func (p *Store) crash() { p.set.Close(p.closeDBs) }
+
 func TestOperatorFaults(t *testing.T) {
 	allocatortest.RunOperatorFaults(t, func(t *testing.T) allocatortest.Fleet {
-		return newFleet(t, func(c *Config) { c.WatermarkInterval = 100 * time.Millisecond })
+		// Each server keeps a binary log, so that a replica can follow it.
+		return newFleetWith(t, func(c *Config) { c.WatermarkInterval = 100 * time.Millisecond },
+			func(i int) []string { return testservers.Binlog(i + 1) })
 	})
 }

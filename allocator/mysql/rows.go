@@ -21,6 +21,7 @@ type rowSettings struct {
 	next         int64
 	step, offset int64
 	updatedUS    int64
+	ceilingUS    int64 // when max_id was set; 0 when the row was written by a ticketd that did not record it
 }
 
 // Namespace is the row's settings.
@@ -29,12 +30,26 @@ func (r rowSettings) Namespace() allocator.Namespace { return r.ns }
 // UpdatedUS is when the row's settings last changed.
 func (r rowSettings) UpdatedUS() int64 { return r.updatedUS }
 
-const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, updated_us"
+// CeilingUS is when the row's max_id was set (0: unknown).
+func (r rowSettings) CeilingUS() int64 { return r.ceilingUS }
+
+// WithLimits is the row's settings with another ceiling and start (see failover.Merge).
+func (r rowSettings) WithLimits(maxID, ceilingUS, start int64) rowSettings {
+	r.ns.MaxID, r.ceilingUS, r.ns.Start = maxID, ceilingUS, start
+	return r
+}
+
+// change is the row a namespace change writes: its settings, made at updatedUS, the ceiling too.
+func change(ns allocator.Namespace, updatedUS int64) rowSettings {
+	return rowSettings{ns: ns, updatedUS: updatedUS, ceilingUS: updatedUS}
+}
+
+const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, updated_us, max_id_us"
 
 func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
 	var r rowSettings
 	var ttlMS int64
-	err := sc.Scan(&r.ns.Name, &r.next, &r.step, &r.offset, &r.ns.Start, &r.ns.BlockSize, &r.ns.MaxBlockSize, &ttlMS, &r.ns.MaxID, &r.updatedUS)
+	err := sc.Scan(&r.ns.Name, &r.next, &r.step, &r.offset, &r.ns.Start, &r.ns.BlockSize, &r.ns.MaxBlockSize, &ttlMS, &r.ns.MaxID, &r.updatedUS, &r.ceilingUS)
 	r.ns.LeaseTTL = time.Duration(ttlMS) * time.Millisecond
 	return r, err
 }
@@ -129,17 +144,21 @@ func (s *server) ReadRecord(ctx context.Context, name string) (rowSettings, bool
 // ReadRecords reads every namespace row.
 func (s *server) ReadRecords(ctx context.Context) ([]rowSettings, error) { return s.readRows(ctx) }
 
-// insertRow creates the namespace's row for the settings v unless it exists; ok reports whether it was
-// created. The counter starts at the first ID of v's residue at or above both ns.Start and from.
-func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Namespace, from, nowUS int64) (bool, error) {
+// insertRow creates the namespace's row for the settings v unless it exists, with the settings of rec
+// and their times (a row a server missed carries the times of the settings it copies, never newer
+// ones); ok reports whether it was created. The counter starts at the first ID of v's residue at or
+// above both the namespace's start and from.
+func (s *server) insertRow(ctx context.Context, v serverVars, rec rowSettings, from int64) (bool, error) {
+	ns := rec.ns
 	first, ok := failover.FirstAtLeast(max(ns.Start, from), v.increment, v.offset)
 	if !ok {
 		return false, fmt.Errorf("%w: start %d leaves no ID for %s (offset %d of %d)", allocator.ErrExhausted, max(ns.Start, from), s.Name(), v.offset, v.increment)
 	}
 	res, err := s.ctl.ExecContext(ctx, `INSERT IGNORE INTO ticketd_namespaces
-		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, created_us, updated_us)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), ns.WithDefaults().MaxID, nowUS, nowUS)
+		(name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, created_us, updated_us, max_id_us)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		ns.Name, first, v.increment, v.offset, ns.Start, ns.BlockSize, ns.MaxBlockSize, ns.LeaseTTL.Milliseconds(), ns.WithDefaults().MaxID,
+		s.pair.cfg.now().UnixMicro(), rec.updatedUS, rec.ceilingUS)
 	if err != nil {
 		return false, err
 	}
@@ -147,13 +166,14 @@ func (s *server) insertRow(ctx context.Context, v serverVars, ns allocator.Names
 	return n == 1, err
 }
 
-// updateRow writes settings made at nowUS unless the row holds newer ones, and raises the namespace's
-// start and the counter to at least start (never lower). The row must be the one made for v, with a
-// counter at or above this process's floor for it (below it, the server went back in time and is
-// fenced, as a lease would find). With
-// lowered above 0 (a lower max_id) the row changes only if no ID above lowered was issued from it:
-// ErrInvalidSettings otherwise, checked in the statement that writes the ceiling.
-func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Namespace, start, nowUS, lowered int64) error {
+// updateRow writes the settings of rec unless the row holds newer ones (the ceiling by its own time),
+// and raises the namespace's start and the counter to at least start (never lower). The row must be
+// the one made for v, with a counter at or above this process's floor for it (below it, the server
+// went back in time and is fenced, as a lease would find). A ceiling below an ID the row issued is
+// never written: the statement that would write it changes nothing, and the error
+// (ErrInvalidSettings) names the highest ID issued.
+func (s *server) updateRow(ctx context.Context, v serverVars, rec rowSettings, start int64) error {
+	ns := rec.ns.WithDefaults()
 	floor := int64(1)
 	if start > 0 {
 		f, ok := failover.FirstAtLeast(start, v.increment, v.offset)
@@ -166,19 +186,26 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 	// counter of a server restored from an old copy to the start would lift it over the floor that
 	// shows it went back, and over IDs it issued.
 	mark := s.marks.Get(ns.Name)
-	// Assignments run left to right: updated_us changes last, after the settings compared with it.
+	// Assignments run left to right: each time changes after the settings compared with it. The last
+	// line of the WHERE clause lets a ceiling through only when the row issued nothing above it, or
+	// already has one at or below it, or holds a ceiling set later (which the change leaves).
 	res, err := s.ctl.ExecContext(ctx, `UPDATE ticketd_namespaces SET
 		block_size = IF(? > updated_us, ?, block_size),
 		max_block_size = IF(? > updated_us, ?, max_block_size),
 		lease_ttl_ms = IF(? > updated_us, ?, lease_ttl_ms),
-		max_id = IF(? > updated_us, ?, max_id),
+		max_id = IF(? > max_id_us OR (? = max_id_us AND ? < max_id), ?, max_id),
+		max_id_us = GREATEST(max_id_us, ?),
 		start_id = GREATEST(start_id, ?),
 		next_id = GREATEST(next_id, ?),
 		updated_us = GREATEST(updated_us, ?)
-		WHERE name = ? AND step = ? AND id_offset = ? AND next_id >= ? AND (? = 0 OR next_id - step <= ?)`,
-		nowUS, ns.BlockSize, nowUS, ns.MaxBlockSize, nowUS, ns.LeaseTTL.Milliseconds(), nowUS, ns.WithDefaults().MaxID,
-		start, floor, nowUS,
-		ns.Name, v.increment, v.offset, mark.Value, lowered, lowered)
+		WHERE name = ? AND step = ? AND id_offset = ? AND next_id >= ?
+		AND (next_id - step <= ? OR max_id <= ? OR ? < max_id_us OR (? = max_id_us AND ? >= max_id))`,
+		rec.updatedUS, ns.BlockSize, rec.updatedUS, ns.MaxBlockSize, rec.updatedUS, ns.LeaseTTL.Milliseconds(),
+		rec.ceilingUS, rec.ceilingUS, ns.MaxID, ns.MaxID,
+		rec.ceilingUS,
+		start, floor, rec.updatedUS,
+		ns.Name, v.increment, v.offset, mark.Value,
+		ns.MaxID, ns.MaxID, rec.ceilingUS, rec.ceilingUS, ns.MaxID)
 	if err != nil {
 		return err
 	}
@@ -197,11 +224,18 @@ func (s *server) updateRow(ctx context.Context, v serverVars, ns allocator.Names
 		if r.next < mark.Value {
 			return s.fenceBelow(ns.Name, r.next, mark)
 		}
-		if lowered > 0 {
-			if err := allocator.CheckLowering(ns.Name, lowered, r.next-r.step); err != nil {
-				return fmt.Errorf("%s: %w", s.Name(), err)
+		if lowers(r, rec) {
+			if err := allocator.CheckLowering(ns.Name, ns.MaxID, r.next-r.step); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// lowers reports whether writing rec's ceiling into the row r would lower the row's: rec's ceiling is
+// below it and newer (or set at the same time).
+func lowers(r, rec rowSettings) bool {
+	maxID := rec.ns.WithDefaults().MaxID
+	return maxID < r.ns.MaxID && (rec.ceilingUS > r.ceilingUS || rec.ceilingUS == r.ceilingUS)
 }

@@ -31,6 +31,9 @@ type serverVars struct {
 	// galera is whether the server is a Galera node (wsrep_on), autoIncrementControl whether Galera
 	// sets the auto_increment settings itself (wsrep_auto_increment_control).
 	galera, autoIncrementControl bool
+	// identity tells this server from another at its address: its @@server_id, which a replica must
+	// have of its own to replicate, so a replica promoted in the server's place answers with another.
+	identity string
 }
 
 // server is one ticket server and what the pair knows of it. Safe for concurrent use.
@@ -56,7 +59,8 @@ type server struct {
 	repl     replication // how the server replicates, as last read
 	fence    failover.Fence
 
-	marks failover.Floors // the highest counters seen on this server, here and by the peers
+	marks  failover.Floors     // the highest counters seen on this server, here and by the peers
+	stored failover.MarkWrites // whether this process's marks of the other servers reach this one
 
 	co coalescer // concurrent leases of one namespace share one UPDATE
 }
@@ -95,8 +99,12 @@ func (s *server) Health() allocator.ServerHealth {
 	h.Step, h.Offset, h.Replication = v.increment, v.offset, s.repl.String()
 	s.mu.Unlock()
 	s.fence.Report(&h)
+	h.Marks = s.stored.Problem()
 	return h
 }
+
+// marksWritten notes the outcome of writing the marks of the server named about into this one.
+func (s *server) marksWritten(about string, err error, now time.Time) { s.stored.Note(about, err, now) }
 
 // reachable reports whether the server answers: in rotation, or out of it because it is fenced (a
 // fenced server still holds valid water marks of its peers).
@@ -310,7 +318,9 @@ func (s *server) checkSchema(ctx context.Context) error {
 // rotation and this process know them: a missing row is created above every peer's counter, and an
 // older row takes the newer settings and has its counter raised to the namespace's start. A row that
 // is missing although a water mark says the server issued IDs from it is not created: the server lost
-// its data, and checkFence fences it.
+// its data, and checkFence fences it. A newer ceiling below an ID the row already issued is not written
+// (updateRow refuses it): the row keeps its own, and every lease of a process that knows the newer one
+// stays below it anyway (see leaseSQL).
 func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, marks map[string]failover.Mark) error {
 	mine := make(map[string]rowSettings, len(rows))
 	for _, r := range rows {
@@ -340,12 +350,18 @@ func (s *server) catchUp(ctx context.Context, v serverVars, rows []rowSettings, 
 		case !ok && marks[name].Value > 0:
 			// Lost: fenced below, never recreated from nothing.
 		case !ok:
-			if _, err := s.insertRow(ctx, v, r.ns, highest[name], s.pair.cfg.now().UnixMicro()); err != nil {
+			if _, err := s.insertRow(ctx, v, r, highest[name]); err != nil {
 				return err
 			}
 			s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.Name(), "namespace", name)
-		case r.updatedUS > m.updatedUS || r.ns.Start > m.ns.Start:
-			if err := s.updateRow(ctx, v, r.ns, r.ns.Start, r.updatedUS, 0); err != nil {
+		case r.updatedUS > m.updatedUS || r.ns.Start > m.ns.Start || r.ceilingUS > m.ceilingUS:
+			err := s.updateRow(ctx, v, r, r.ns.Start)
+			if errors.Is(err, allocator.ErrInvalidSettings) {
+				s.pair.cfg.Logger.Warn("a newer max_id of a namespace is below what a server already issued; the server keeps its own, and leases stay below the newer one",
+					"server", s.Name(), "namespace", name, "err", err)
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			s.pair.cfg.Logger.Info("namespace settings caught up on a server that missed a change", "server", s.Name(), "namespace", name)

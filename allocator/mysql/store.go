@@ -39,6 +39,10 @@ type Config struct {
 	Observer allocator.Observer
 
 	now func() time.Time
+	// beforeChange runs before each server takes a namespace change (see failover.Config), and
+	// marksWriting as each background write of the water marks begins: seams for tests.
+	beforeChange func(server string)
+	marksWriting func()
 }
 
 func (c Config) withDefaults() Config {
@@ -217,15 +221,15 @@ func (p *Store) closeDBs() {
 	}
 }
 
-// ensureRow creates a namespace's row on a checked server that lacks it.
-func (s *server) ensureRow(ctx context.Context, ns allocator.Namespace) error {
+// ensureRow creates a namespace's row, with the settings of rec, on a checked server that lacks it.
+func (s *server) ensureRow(ctx context.Context, rec rowSettings) error {
 	v := s.view()
 	if v == nil {
 		return fmt.Errorf("%s: %w", s.Name(), errNotChecked)
 	}
-	created, err := s.insertRow(ctx, *v, ns, 0, s.pair.cfg.now().UnixMicro())
+	created, err := s.insertRow(ctx, *v, rec, 0)
 	if created {
-		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.Name(), "namespace", ns.Name)
+		s.pair.cfg.Logger.Info("namespace row created on a server that missed it", "server", s.Name(), "namespace", rec.ns.Name)
 	}
 	return err
 }
@@ -240,7 +244,7 @@ func (p *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 		if v == nil {
 			return false, fmt.Errorf("%s: %w", s.Name(), errNotChecked)
 		}
-		return s.insertRow(ctx, *v, c.Namespace, 0, c.UpdatedUS)
+		return s.insertRow(ctx, *v, change(c.Namespace, c.UpdatedUS), 0)
 	})
 }
 
@@ -254,11 +258,12 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 			return fmt.Errorf("%s: %w", s.Name(), errNotChecked)
 		}
 		start := max(c.Namespace.Start, c.Advance)
-		err := s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS, c.Lowered)
+		rec := change(c.Namespace, c.UpdatedUS)
+		err := s.updateRow(ctx, *v, rec, start)
 		if errors.Is(err, errRowMissing) {
 			// Created while this server was down: create it now with the new settings.
-			if err = s.ensureRow(ctx, c.Namespace); err == nil {
-				err = s.updateRow(ctx, *v, c.Namespace, start, c.UpdatedUS, c.Lowered)
+			if err = s.ensureRow(ctx, rec); err == nil {
+				err = s.updateRow(ctx, *v, rec, start)
 			}
 		}
 		return err
@@ -328,13 +333,15 @@ func build(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	p := &Store{cfg: cfg, set: failover.NewSet[*server, rowSettings](failover.Config{
+	p := &Store{cfg: cfg}
+	p.set = failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
 		Failover: cfg.Failover, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
-	})}
+		CheckCeiling: p.checkCeiling, BeforeChange: cfg.beforeChange,
+	})
 	p.Front = failover.NewFront(p.set, func(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
 		return s.lease(ctx, r.ns, size)
-	}, func(ctx context.Context, s *server, r rowSettings) error { return s.ensureRow(ctx, r.ns) }, errRowMissing, p.serverStates)
+	}, func(ctx context.Context, s *server, r rowSettings) error { return s.ensureRow(ctx, r) }, errRowMissing, p.serverStates)
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
@@ -383,4 +390,37 @@ type driverLog struct{ l *slog.Logger }
 
 func (d driverLog) Print(v ...any) {
 	d.l.Debug(strings.TrimSpace(fmt.Sprint(v...)), "source", "go-sql-driver")
+}
+
+// olderLeaseWindow is how far back a lease by a process of an older release keeps a ceiling from being
+// set: such a process writes its lease rates every water-mark interval while it leases.
+const olderLeaseWindow = time.Minute
+
+// checkCeiling refuses to set a ceiling (a namespace created with one, or a lower one) while a ticketd
+// of an older release leases the namespace: it writes ticketd_lease_rates.updated_us, which this
+// release leaves alone, and ignores max_id (before schema 5) or keeps only its own row's (before 6).
+// Every server that answers is asked.
+func (p *Store) checkCeiling(ctx context.Context, namespace string) error {
+	since := p.cfg.now().Add(-olderLeaseWindow).UnixMicro()
+	var seen []string
+	for _, s := range p.set.All() {
+		if !s.reachable() {
+			continue
+		}
+		var n int
+		var last sql.NullInt64
+		err := s.ctl.QueryRowContext(ctx, "SELECT COUNT(*), MAX(updated_us) FROM ticketd_lease_rates WHERE namespace = ? AND updated_us > ?",
+			namespace, since).Scan(&n, &last)
+		if err != nil {
+			return fmt.Errorf("%s: looking for processes of an older release: %w", s.Name(), err)
+		}
+		if n > 0 {
+			seen = append(seen, fmt.Sprintf("%s (last at %s)", s.Name(), time.UnixMicro(last.Int64).UTC().Format(time.RFC3339)))
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: a ticketd of an older release leased namespace %q within the last %s (its lease rates on %s): it does not keep leases below max_id, so no ceiling is set while it runs; replace every ticketd process with this release first (see the upgrade procedure in the docs), then set the ceiling",
+		allocator.ErrUnavailable, namespace, olderLeaseWindow, strings.Join(seen, ", "))
 }

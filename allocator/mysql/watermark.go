@@ -27,8 +27,8 @@ import (
 // cannot see: leases of the last WatermarkInterval or so that no mark holds yet, by processes other
 // than the one checking.
 
-// writeWatermarks writes every server's unwritten marks, and the pace of this process's leases there,
-// into each usable peer.
+// writeWatermarks writes every server's unwritten marks, and what this process leased there since
+// the last write, into each usable peer.
 func (p *Store) writeWatermarks(ctx context.Context) error {
 	var errs []error
 	now := p.cfg.now()
@@ -37,41 +37,86 @@ func (p *Store) writeWatermarks(ctx context.Context) error {
 		if v == nil {
 			continue
 		}
-		rates := s.marks.TakeRates(now)
+		pace := s.marks.TakePace(now)
 		for _, peer := range p.set.All() {
 			if peer == s || !peer.Usable() {
 				continue
 			}
-			// On a Galera cluster the marks replicate, so writers (processes closing together, or
-			// one process writing a row to two nodes) meet on the same rows: a statement that lost
-			// is rolled back, and the marks still pending are written again.
-			errs = append(errs, retryConflicts(ctx, func() error { return p.writeTo(ctx, s, peer, *v, rates, now) }))
+			err := p.writeTo(ctx, s, peer, *v, pace, now)
+			peer.marksWritten(s.Name(), err, now)
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// writeTo writes s's unwritten marks and its lease rates into peer, within one attempt's time: a peer
-// that hangs holds up the writes to the others no longer than that.
-func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, rates map[string]int64, now time.Time) error {
+// markSQL raises a water mark. The identity recorded is that of the highest mark: a mark taken on
+// another server (before a failover, say) gives way to a higher one, and an unknown identity never
+// replaces a known one.
+//
+// Parameters: namespace, offset, mark, now, identity; identity, mark, identity; mark; now.
+const markSQL = `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us, server_identity)
+	VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE
+	server_identity = IF(? <> '' AND (? > high_water OR server_identity = ''), ?, server_identity),
+	high_water = GREATEST(high_water, ?), updated_us = ?`
+
+// serverUS is the ticket server's own clock in microseconds: the time of a statement, alike for every
+// process that writes the same row, whatever their clocks say.
+const serverUS = "CAST(@@timestamp * 1000000 AS SIGNED)"
+
+// paceSQL records what one process leased from a peer since its last write: its rate, the highest
+// rate of one process (peak_per_s); the counter units added to the peer's sum of every process's
+// leases (leased); and, once a window of at least one water-mark interval of the server's own clock
+// has passed, the rate of that sum over it, the highest of which is fleet_peak_per_s. It leaves
+// updated_us alone: processes of older releases set it (see checkCeiling).
+//
+// The process's own water-mark interval raises interval_us: a repair's margin covers the longest.
+//
+// Parameters: namespace, offset, rate, now, span, span, interval; window, span, window, span, window,
+// span, rate, now, interval.
+const paceSQL = `INSERT INTO ticketd_lease_rates
+	(namespace, peer_offset, peak_per_s, updated_us, written_us, leased, window_leased, window_us, fleet_peak_per_s, interval_us)
+	VALUES (?, ?, ?, 0, ?, ?, ?, ` + serverUS + `, 0, ?) ON DUPLICATE KEY UPDATE
+	fleet_peak_per_s = IF(` + serverUS + ` - window_us >= ?,
+		GREATEST(fleet_peak_per_s, CAST(CAST(leased + ? - window_leased AS DECIMAL(30, 0)) * 1000000 / (` + serverUS + ` - window_us) AS SIGNED)),
+		fleet_peak_per_s),
+	window_leased = IF(` + serverUS + ` - window_us >= ?, leased + ?, window_leased),
+	window_us = IF(` + serverUS + ` - window_us >= ?, ` + serverUS + `, window_us),
+	leased = leased + ?,
+	peak_per_s = GREATEST(peak_per_s, ?),
+	written_us = ?,
+	interval_us = GREATEST(interval_us, ?)`
+
+// writeTo writes s's unwritten marks and what this process leased there into peer, within one
+// attempt's time: a peer that hangs holds up the writes to the others no longer than that. On a
+// Galera cluster the marks replicate, so writers (processes closing together, or one process writing
+// a server's marks to two nodes) meet on the same rows: a statement rolled back for that runs again
+// (see retryConflicts), and only that statement, since adding a process's leases twice would count
+// them twice.
+func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace map[string]failover.Pace, now time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
-	for ns, high := range s.marks.Pending(peer.Name()) {
-		_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us)
-			VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`,
-			ns, v.offset, high, now.UnixMicro())
+	nowUS := now.UnixMicro()
+	for ns, m := range s.marks.Pending(peer.Name()) {
+		err := retryConflicts(ctx, func() error {
+			_, err := peer.ctl.ExecContext(ctx, markSQL, ns, v.offset, m.Value, nowUS, m.Identity, m.Identity, m.Value, m.Identity, m.Value, nowUS)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
-		s.marks.Wrote(peer.Name(), ns, high)
+		s.marks.Wrote(peer.Name(), ns, m.Value)
 	}
-	for ns, rate := range rates {
-		if rate <= 0 {
+	window := p.cfg.WatermarkInterval.Microseconds()
+	for ns, pc := range pace {
+		if pc.Span <= 0 {
 			continue
 		}
-		_, err := peer.ctl.ExecContext(ctx, `INSERT INTO ticketd_lease_rates (namespace, peer_offset, peak_per_s, updated_us)
-			VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE peak_per_s = GREATEST(peak_per_s, VALUES(peak_per_s)), updated_us = VALUES(updated_us)`,
-			ns, v.offset, rate, now.UnixMicro())
+		err := retryConflicts(ctx, func() error {
+			_, err := peer.ctl.ExecContext(ctx, paceSQL, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window,
+				window, pc.Span, window, pc.Span, window, pc.Span, pc.PerSecond, nowUS, window)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("lease rate of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
@@ -87,6 +132,9 @@ func (p *Store) guard() {
 	// checks of the servers that answer.
 	budget := 4 * p.cfg.AttemptTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	if p.cfg.marksWriting != nil {
+		p.cfg.marksWriting()
+	}
 	if err := p.writeWatermarks(ctx); err != nil && !p.set.Closed() {
 		p.cfg.Logger.Warn("could not record high-water marks", "err", err)
 	}
@@ -150,8 +198,8 @@ func (p *Store) readMarks(ctx context.Context, peer, s *server, offset int64) er
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	for _, q := range []struct{ query, holder string }{
-		{"SELECT namespace, high_water FROM ticketd_watermarks WHERE peer_offset = ?", peer.Name()},
-		{"SELECT name, next_id FROM ticketd_namespaces WHERE id_offset = ?", "its row's copy on " + peer.Name()},
+		{"SELECT namespace, high_water, server_identity FROM ticketd_watermarks WHERE peer_offset = ?", peer.Name()},
+		{"SELECT name, next_id, '' FROM ticketd_namespaces WHERE id_offset = ?", "its row's copy on " + peer.Name()},
 	} {
 		rows, err := peer.ctl.QueryContext(qctx, q.query, offset)
 		if err != nil {
@@ -159,12 +207,12 @@ func (p *Store) readMarks(ctx context.Context, peer, s *server, offset int64) er
 		}
 		for rows.Next() {
 			var ns string
-			var h int64
-			if err := rows.Scan(&ns, &h); err != nil {
+			m := failover.Mark{Holder: q.holder}
+			if err := rows.Scan(&ns, &m.Value, &m.Identity); err != nil {
 				rows.Close()
 				return err
 			}
-			s.marks.Observe(ns, h, q.holder)
+			s.marks.Observe(ns, m)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -175,7 +223,8 @@ func (p *Store) readMarks(ctx context.Context, peer, s *server, offset int64) er
 }
 
 // checkFence compares s's counters (made for the settings v) with marks, read before them. A counter
-// below a mark, or a row missing although a mark says the server issued from it, fences s. On a Galera
+// below a mark, a row missing although a mark says the server issued from it, or a mark taken on
+// another server than the one that answers now (see serverVars.identity), fences s. On a Galera
 // node a peer's copy can be ahead of the node's own row for a moment (see ownRows): what would fence
 // it is read again, after the node has caught up, and only what still holds fences it.
 func (p *Store) checkFence(ctx context.Context, s *server, v serverVars, marks map[string]failover.Mark) error {
@@ -183,12 +232,12 @@ func (p *Store) checkFence(ctx context.Context, s *server, v serverVars, marks m
 	if err != nil {
 		return err
 	}
-	fenced, details := belowMarks(rows, marks)
+	fenced, details := belowMarks(rows, marks, v.identity)
 	if len(fenced) > 0 && v.galera {
 		if rows, err = s.ownRows(ctx, v.offset, true); err != nil {
 			return err
 		}
-		fenced, details = belowMarks(rows, marks)
+		fenced, details = belowMarks(rows, marks, v.identity)
 	}
 	if len(fenced) == 0 {
 		s.fence.Clear()
@@ -198,12 +247,17 @@ func (p *Store) checkFence(ctx context.Context, s *server, v serverVars, marks m
 }
 
 // belowMarks names the namespaces whose row is below its mark, or missing although a mark says the
-// server issued from it, and says why for each.
-func belowMarks(rows []rowSettings, marks map[string]failover.Mark) (fenced, details []string) {
+// server issued from it, or whose mark was taken on another server than the one of identity, and says
+// why for each.
+func belowMarks(rows []rowSettings, marks map[string]failover.Mark, identity string) (fenced, details []string) {
 	have := map[string]bool{}
 	for _, r := range rows {
 		have[r.ns.Name] = true
-		if w := marks[r.ns.Name]; r.next < w.Value {
+		switch w := marks[r.ns.Name]; {
+		case w.Replaced(identity):
+			fenced = append(fenced, r.ns.Name)
+			details = append(details, failover.IdentityChanged(r.ns.Name, w, identity))
+		case r.next < w.Value:
 			fenced = append(fenced, r.ns.Name)
 			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", r.ns.Name, r.next, w.Value, w.Holder))
 		}
@@ -260,6 +314,8 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	case row.step != v.increment || row.offset != v.offset:
 		return res, fmt.Errorf("%w: namespace %q on %s has step %d offset %d but the server runs with auto_increment_increment %d offset %d; restore the server's settings before any repair",
 			allocator.ErrMisconfigured, namespace, s.Name(), row.step, row.offset, v.increment, v.offset)
+	case w.Replaced(v.identity):
+		res.Fenced, res.Reason = true, failover.IdentityChanged(namespace, w, v.identity)
 	case row.next < w.Value:
 		res.Fenced, res.Reason = true, fmt.Sprintf("counter %d is below %d seen by %s", row.next, w.Value, w.Holder)
 	}
@@ -270,17 +326,15 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 		return res, fmt.Errorf("%w: %s is not fenced for namespace %q (its counter %d is at or above every water mark, the highest %d): there is nothing to repair. Check the server name; to move the counter anyway, give --force",
 			allocator.ErrMisconfigured, s.Name(), namespace, res.Before, res.Watermark)
 	}
-	settings := row.ns
+	settings := row
 	if missing {
-		latest, err := p.set.Latest(ctx, namespace)
-		if err != nil {
+		if settings, err = p.set.Latest(ctx, namespace); err != nil {
 			return res, err
 		}
-		settings = latest.ns
 	}
 	res.Margin, res.MarginWhy = opts.Margin, "given"
 	if opts.Margin == 0 {
-		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.MaxBlockSize)
+		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.ns.MaxBlockSize)
 	}
 	base := max(res.Watermark, res.Before)
 	target, ok := failover.FirstAtLeast(base+min(res.Margin, 1<<62), v.increment, v.offset)
@@ -288,7 +342,7 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, s.Name())
 	}
 	if missing {
-		_, err = s.insertRow(ctx, v, settings, target, p.cfg.now().UnixMicro())
+		_, err = s.insertRow(ctx, v, settings, target)
 	} else {
 		_, err = s.ctl.ExecContext(ctx, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ? AND step = ? AND id_offset = ?",
 			target, namespace, v.increment, v.offset)
@@ -300,7 +354,7 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 		return res, err
 	}
 	res.After, res.Margin = row.next, row.next-base
-	s.marks.Observe(namespace, row.next, "ticketd repair")
+	s.marks.Observe(namespace, failover.Mark{Value: row.next, Holder: "ticketd repair", Identity: v.identity})
 	p.cfg.Logger.Warn("ticket server repaired", "server", s.Name(), "namespace", namespace, "before", res.Before,
 		"watermark", res.Watermark, "margin", res.Margin, "after", res.After, "why", res.MarginWhy)
 	if !s.Usable() {
@@ -311,21 +365,24 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	return res, nil
 }
 
-// defaultMargin sizes a repair's margin from the highest lease rate the peers recorded for the server
-// (see failover.RepairMargin).
+// defaultMargin sizes a repair's margin from the highest lease rates the peers recorded for the
+// server: of every process together, and of the fastest one (see failover.RepairMargin).
 func (p *Store) defaultMargin(ctx context.Context, s *server, v serverVars, namespace string, maxBlock int64) (int64, string) {
-	var peak int64
+	var peaks failover.Peaks
 	for _, peer := range p.set.All() {
 		if peer == s {
 			continue
 		}
-		var r int64
+		var one failover.Peaks
+		var intervalUS int64
 		qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
-		err := peer.ctl.QueryRowContext(qctx, "SELECT peak_per_s FROM ticketd_lease_rates WHERE namespace = ? AND peer_offset = ?", namespace, v.offset).Scan(&r)
+		err := peer.ctl.QueryRowContext(qctx, "SELECT fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates WHERE namespace = ? AND peer_offset = ?",
+			namespace, v.offset).Scan(&one.Fleet, &one.Process, &intervalUS)
 		cancel()
 		if err == nil {
-			peak = max(peak, r)
+			peaks.Fleet, peaks.Process = max(peaks.Fleet, one.Fleet), max(peaks.Process, one.Process)
+			peaks.Interval = max(peaks.Interval, time.Duration(intervalUS)*time.Microsecond)
 		}
 	}
-	return failover.RepairMargin(peak, p.cfg.WatermarkInterval, maxBlock, v.increment)
+	return failover.RepairMargin(peaks, p.cfg.WatermarkInterval, maxBlock, v.increment)
 }

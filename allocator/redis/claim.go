@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/internal/failover"
 )
 
 // Offset claims. Instance i issues only IDs ≡ offset_i (mod stride), so two instances serving one
@@ -31,9 +32,10 @@ var errUnproven = errors.New("redis: offset claim not proven")
 // description is what one instance holds about the set: its identity, its claims, and the water marks
 // it keeps for the others.
 type description struct {
-	identity map[string]string
-	claims   map[string]string // offset → id of the instance that holds it
-	marks    map[string]string // "offset:namespace" → highest counter seen
+	identity   map[string]string
+	claims     map[string]string // offset → id of the instance that holds it
+	marks      map[string]string // "offset:namespace" → highest counter seen
+	localMarks map[string]string // "offset:namespace" → highest count of its own leases seen
 }
 
 // describe reads the instance's identity, claims and water marks in one round trip.
@@ -43,17 +45,32 @@ func (in *instance) describe(ctx context.Context) (description, error) {
 	ident := pipe.HGetAll(ctx, k.identity())
 	claims := pipe.HGetAll(ctx, k.claims())
 	marks := pipe.HGetAll(ctx, k.marks())
+	local := pipe.HGetAll(ctx, k.localMarks())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return description{}, fmt.Errorf("%s: %w", in.Name(), err)
 	}
-	return description{identity: ident.Val(), claims: claims.Val(), marks: marks.Val()}, nil
+	return description{identity: ident.Val(), claims: claims.Val(), marks: marks.Val(), localMarks: local.Val()}, nil
 }
 
 // marksFor returns, per namespace, the water mark d keeps for the instance of offset.
-func (d description) marksFor(offset int64) map[string]int64 {
+func (d description) marksFor(offset int64) map[string]int64 { return fieldsFor(d.marks, offset) }
+
+// observeMarks raises the instance's floors (counters and lease counts) to the water marks d keeps
+// for it, held by the instance named holder.
+func (in *instance) observeMarks(d description, holder string) {
+	for ns, v := range fieldsFor(d.marks, in.offset) {
+		in.marks.Observe(ns, failover.Mark{Value: v, Holder: holder})
+	}
+	for ns, v := range fieldsFor(d.localMarks, in.offset) {
+		in.local.Observe(ns, failover.Mark{Value: v, Holder: holder})
+	}
+}
+
+// fieldsFor returns, per namespace, the value a hash of "offset:namespace" fields holds for offset.
+func fieldsFor(hash map[string]string, offset int64) map[string]int64 {
 	prefix := strconv.FormatInt(offset, 10) + ":"
 	out := map[string]int64{}
-	for field, v := range d.marks {
+	for field, v := range hash {
 		ns, ok := strings.CutPrefix(field, prefix)
 		if !ok {
 			continue
@@ -102,8 +119,8 @@ func (in *instance) claim(ctx context.Context) (string, error) {
 			continue
 		}
 		peers[p] = d
+		in.observeMarks(d, p.Name())
 		for ns, v := range d.marksFor(in.offset) {
-			in.marks.Observe(ns, v, p.Name())
 			if myID == "" {
 				lostWhy = append(lostWhy, fmt.Sprintf("%s keeps its water mark %d for namespace %q", p.Name(), v, ns))
 			}

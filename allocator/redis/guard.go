@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -23,8 +24,8 @@ import (
 // the identity its claim was proven with; every check, and the guard every WatermarkInterval, compares
 // the counters with the floors. An instance that fails is fenced until `ticketd repair`.
 
-// writeMarks writes every instance's unwritten floors, and the pace of this process's leases there, into
-// each usable peer.
+// writeMarks writes every instance's unwritten floors (of its counters and of its own lease counts),
+// and what this process leased there since the last write, into each usable peer.
 func (s *Store) writeMarks(ctx context.Context) error {
 	var errs []error
 	now := s.cfg.now()
@@ -32,64 +33,76 @@ func (s *Store) writeMarks(ctx context.Context) error {
 		if in.checked.Load() == nil {
 			continue
 		}
-		rates := in.marks.TakeRates(now)
-		off := strconv.FormatInt(in.offset, 10) + ":"
+		pace := in.marks.TakePace(now)
 		for _, p := range s.set.All() {
 			if p == in || !p.Usable() {
 				continue
 			}
-			pending := in.marks.Pending(p.Name())
-			if len(pending) > 0 {
-				args := make([]any, 0, 2*len(pending))
-				for ns, v := range pending {
-					args = append(args, off+ns, strconv.FormatInt(v, 10))
-				}
-				if err := raiseScript.Run(ctx, p.client, []string{s.keys.marks()}, args...).Err(); err != nil {
-					errs = append(errs, fmt.Errorf("water marks of %s on %s: %w", in.Name(), p.Name(), err))
-					continue
-				}
-				for ns, v := range pending {
-					in.marks.Wrote(p.Name(), ns, v)
-				}
-			}
-			var rargs []any
-			for ns, r := range rates {
-				if r > 0 {
-					rargs = append(rargs, off+ns, strconv.FormatInt(r, 10))
-				}
-			}
-			if len(rargs) > 0 {
-				if err := raiseScript.Run(ctx, p.client, []string{s.keys.rates()}, rargs...).Err(); err != nil {
-					errs = append(errs, fmt.Errorf("lease rates of %s on %s: %w", in.Name(), p.Name(), err))
-				}
-			}
+			err := s.writeTo(ctx, in, p, pace)
+			p.stored.Note(in.Name(), err, now)
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// writeTo writes in's unwritten floors and what this process leased there into the peer p.
+func (s *Store) writeTo(ctx context.Context, in, p *instance, pace map[string]failover.Pace) error {
+	off := strconv.FormatInt(in.offset, 10) + ":"
+	for _, m := range []struct {
+		floors *failover.Floors
+		key    string
+		what   string
+	}{{&in.marks, s.keys.marks(), "water marks"}, {&in.local, s.keys.localMarks(), "lease counts"}} {
+		pending := m.floors.Pending(p.Name())
+		if len(pending) == 0 {
+			continue
+		}
+		args := make([]any, 0, 2*len(pending))
+		for ns, v := range pending {
+			args = append(args, off+ns, strconv.FormatInt(v.Value, 10))
+		}
+		if err := raiseScript.Run(ctx, p.client, []string{m.key}, args...).Err(); err != nil {
+			return fmt.Errorf("%s of %s on %s: %w", m.what, in.Name(), p.Name(), err)
+		}
+		for ns, v := range pending {
+			m.floors.Wrote(p.Name(), ns, v.Value)
+		}
+	}
+	args := []any{s.cfg.WatermarkInterval.Microseconds()}
+	for ns, pc := range pace {
+		if pc.Span > 0 {
+			args = append(args, off+ns, strconv.FormatInt(pc.PerSecond, 10), strconv.FormatInt(pc.Span, 10))
+		}
+	}
+	if len(args) == 1 {
+		return nil
+	}
+	k := s.keys
+	if err := paceScript.Run(ctx, p.client, []string{k.rates(), k.leased(), k.windows(), k.fleet(), k.intervals()}, args...).Err(); err != nil {
+		return fmt.Errorf("lease rates of %s on %s: %w", in.Name(), p.Name(), err)
+	}
+	return nil
+}
+
 // readMarks reads every reachable instance's water marks into the floors of the instances they are
 // about.
 func (s *Store) readMarks(ctx context.Context) {
-	byOffset := map[int64]*instance{}
-	for _, in := range s.set.All() {
-		byOffset[in.offset] = in
-	}
 	for _, p := range s.set.All() {
 		if !p.reachable() {
 			continue
 		}
-		marks, err := p.client.HGetAll(ctx, s.keys.marks()).Result()
-		if err != nil {
+		pipe := p.client.Pipeline()
+		marks := pipe.HGetAll(ctx, s.keys.marks())
+		local := pipe.HGetAll(ctx, s.keys.localMarks())
+		if _, err := pipe.Exec(ctx); err != nil {
 			s.cfg.Logger.Debug("could not read water marks", "peer", p.Name(), "err", err)
 			continue
 		}
-		for field, v := range marks {
-			offStr, ns, ok := strings.Cut(field, ":")
-			off, err1 := strconv.ParseInt(offStr, 10, 64)
-			n, err2 := strconv.ParseInt(v, 10, 64)
-			if in := byOffset[off]; ok && err1 == nil && err2 == nil && in != nil && in != p {
-				in.marks.Observe(ns, n, p.Name())
+		d := description{marks: marks.Val(), localMarks: local.Val()}
+		for _, in := range s.set.All() {
+			if in != p {
+				in.observeMarks(d, p.Name())
 			}
 		}
 	}
@@ -102,6 +115,9 @@ func (s *Store) readMarks(ctx context.Context) {
 func (s *Store) guard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.AttemptTimeout)
 	defer cancel()
+	if s.cfg.marksWriting != nil {
+		s.cfg.marksWriting()
+	}
 	if err := s.writeMarks(ctx); err != nil && !s.set.Closed() {
 		s.cfg.Logger.Warn("could not record high-water marks", "err", err)
 	}
@@ -139,6 +155,7 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 	for i, ns := range names {
 		cmds[i] = pipe.Get(ctx, s.keys.counter(ns))
 	}
+	counts := pipe.HMGet(ctx, s.keys.local(), names...)
 	// Read in the same round trip as the counters, so that an instance wiped between two reads is not
 	// reported as one that merely lost a namespace.
 	ident := pipe.HGet(ctx, s.keys.identity(), "id")
@@ -147,8 +164,14 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 	}
 	var fenced, details []string
 	for i, ns := range names {
-		f := floors[ns]
+		f, local := floors[ns], in.local.Get(ns)
 		v, err := cmds[i].Int64()
+		count := int64(0)
+		if i < len(counts.Val()) {
+			if c, ok := counts.Val()[i].(string); ok {
+				count, _ = strconv.ParseInt(c, 10, 64)
+			}
+		}
 		switch {
 		case errors.Is(err, goredis.Nil) && f.Value > 0:
 			fenced = append(fenced, ns)
@@ -156,6 +179,9 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 		case err == nil && v < f.Value:
 			fenced = append(fenced, ns)
 			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", ns, v, f.Value, f.Holder))
+		case err == nil && count < local.Value:
+			fenced = append(fenced, ns)
+			details = append(details, copyReason(ns, strconv.FormatInt(count, 10), local))
 		}
 	}
 	if len(fenced) == 0 {
@@ -244,6 +270,15 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 		res.Fenced, res.Reason = true, fmt.Sprintf("namespace %q is gone but %s saw its counter at %d", namespace, w.Holder, w.Value)
 	case !missing && cur < w.Value:
 		res.Fenced, res.Reason = true, fmt.Sprintf("counter %d is below %d seen by %s", cur, w.Value, w.Holder)
+	case !missing:
+		local := in.local.Get(namespace)
+		count, err := in.client.HGet(ctx, s.keys.local(), namespace).Int64()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return res, fmt.Errorf("%s: %w", in.Name(), err)
+		}
+		if count < local.Value {
+			res.Fenced, res.Reason = true, copyReason(namespace, strconv.FormatInt(count, 10), local)
+		}
 	}
 	if !missing {
 		res.Before = cur
@@ -268,7 +303,7 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	}
 	res.Margin, res.MarginWhy = opts.Margin, "given"
 	if opts.Margin == 0 {
-		res.Margin, res.MarginWhy = failover.RepairMargin(s.peakRate(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
+		res.Margin, res.MarginWhy = failover.RepairMargin(s.peaks(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
 	base := max(res.Watermark, res.Before)
 	target, ok := failover.FirstAtLeast(base+min(res.Margin, 1<<62), s.cfg.Stride, in.offset)
@@ -283,11 +318,17 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	if err := raiseCounterScript.Run(ctx, in.client, []string{s.keys.counter(namespace)}, strconv.FormatInt(target, 10)).Err(); err != nil {
 		return res, fmt.Errorf("%s: %w", in.Name(), err)
 	}
+	// The instance counts as many leases as were seen there again: the repaired counter is past them.
+	if local := in.local.Get(namespace); local.Value > 0 {
+		if err := raiseLocalScript.Run(ctx, in.client, []string{s.keys.local()}, namespace, strconv.FormatInt(local.Value, 10)).Err(); err != nil {
+			return res, fmt.Errorf("%s: %w", in.Name(), err)
+		}
+	}
 	if res.After, err = in.client.Get(ctx, s.keys.counter(namespace)).Int64(); err != nil {
 		return res, fmt.Errorf("%s: %w", in.Name(), err)
 	}
 	res.Margin = res.After - base
-	in.marks.Observe(namespace, res.After, "ticketd repair")
+	in.marks.Observe(namespace, failover.Mark{Value: res.After, Holder: "ticketd repair"})
 	s.cfg.Logger.Warn("Redis instance repaired", "server", in.Name(), "namespace", namespace, "before", res.Before,
 		"watermark", res.Watermark, "margin", res.Margin, "after", res.After, "why", res.MarginWhy)
 	if !in.Usable() {
@@ -298,19 +339,26 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	return res, nil
 }
 
-// peakRate is the highest lease rate any peer recorded for the instance's namespace.
-func (s *Store) peakRate(ctx context.Context, in *instance, namespace string) int64 {
-	var peak int64
+// peaks are the highest lease rates the peers recorded for the instance's namespace: of every process
+// together, and of the fastest one.
+func (s *Store) peaks(ctx context.Context, in *instance, namespace string) failover.Peaks {
+	var peaks failover.Peaks
 	field := strconv.FormatInt(in.offset, 10) + ":" + namespace
 	for _, p := range s.set.All() {
 		if p == in {
 			continue
 		}
 		if r, err := p.client.HGet(ctx, s.keys.rates(), field).Int64(); err == nil {
-			peak = max(peak, r)
+			peaks.Process = max(peaks.Process, r)
+		}
+		if r, err := p.client.HGet(ctx, s.keys.fleet(), field).Int64(); err == nil {
+			peaks.Fleet = max(peaks.Fleet, r)
+		}
+		if us, err := p.client.HGet(ctx, s.keys.intervals(), field).Int64(); err == nil {
+			peaks.Interval = max(peaks.Interval, time.Duration(us)*time.Microsecond)
 		}
 	}
-	return peak
+	return peaks
 }
 
 var _ allocator.Repairer = (*Store)(nil)

@@ -30,6 +30,12 @@ type record struct {
 	// update starts there. Zero when no update advanced them.
 	floor     int64
 	updatedUS int64
+	ceilingUS int64 // when max_id was set; 0 when written by a ticketd that did not record it
+}
+
+// change is the record a namespace change writes: its settings, made at updatedUS, the ceiling too.
+func change(ns allocator.Namespace, floor, updatedUS int64) record {
+	return record{ns: ns, floor: floor, updatedUS: updatedUS, ceilingUS: updatedUS}
 }
 
 // parseRecord reads a settings hash.
@@ -56,6 +62,7 @@ func parseRecord(name string, m map[string]string) (record, error) {
 	}
 	r.floor = num("floor", true)
 	r.updatedUS = num("updated_us", true)
+	r.ceilingUS = num("max_id_us", true)
 	if err := errors.Join(errs...); err != nil {
 		return record{}, fmt.Errorf("%w: the settings of namespace %q were changed outside ticketd: %w", allocator.ErrMisconfigured, name, err)
 	}
@@ -74,6 +81,10 @@ type instance struct {
 	// lease script refuses an instance that no longer has it (wiped, replaced). Nil until checked.
 	checked atomic.Pointer[string]
 	marks   failover.Floors // the highest counters seen here, by this process and in the peers' marks
+	// local is, per namespace, the highest count of its leases this instance was seen to keep in its
+	// local leases hash, by this process and in the peers' water marks (see leaseScript).
+	local  failover.Floors
+	stored failover.MarkWrites // whether this process's marks of the other instances reach this one
 
 	mu     sync.Mutex
 	warned bool // the volatile warning was logged
@@ -86,6 +97,7 @@ func (in *instance) Health() allocator.ServerHealth {
 	h := in.Member.Health()
 	h.Step, h.Offset = in.store.cfg.Stride, in.offset
 	in.fence.Report(&h)
+	h.Marks = in.stored.Problem()
 	return h
 }
 
@@ -100,6 +112,18 @@ func (in *instance) Revive(ctx context.Context) error {
 // fenceBelow fences the instance for a namespace whose counter, read as counter, is below its floor.
 func (in *instance) fenceBelow(ns, counter string, floor failover.Mark) error {
 	return in.store.fence(in, []string{ns}, []string{fmt.Sprintf("namespace %q counter %s is below %d seen by %s", ns, counter, floor.Value, floor.Holder)})
+}
+
+// fenceCopy fences the instance for a namespace of which it counts fewer leases (count) than were
+// seen there (local): it is not the instance that issued them, but a copy of it — a replica promoted in
+// its place — or it went back in time.
+func (in *instance) fenceCopy(ns, count string, local failover.Mark) error {
+	return in.store.fence(in, []string{ns}, []string{copyReason(ns, count, local)})
+}
+
+func copyReason(ns, count string, local failover.Mark) string {
+	return fmt.Sprintf("namespace %q: it counts %s leases of its own, but %s saw %d: it is a copy of the instance that issued them (a replica promoted in its place) or went back in time",
+		ns, count, local.Holder, local.Value)
 }
 
 // check runs every check an instance must pass before it serves: it keeps acknowledged writes, its
@@ -234,8 +258,13 @@ func (in *instance) catchUp(ctx context.Context) error {
 			continue
 		case !ok:
 			err = in.ensure(ctx, r)
-		case r.updatedUS > m.updatedUS || r.floor > m.floor:
-			err = in.update(ctx, r, 0)
+		case r.updatedUS > m.updatedUS || r.floor > m.floor || r.ceilingUS > m.ceilingUS:
+			err = in.update(ctx, r)
+			if errors.Is(err, allocator.ErrInvalidSettings) {
+				in.store.cfg.Logger.Warn("a newer max_id of a namespace is below what an instance already issued; the instance keeps its own, and leases stay below the newer one",
+					"server", in.Name(), "namespace", name, "err", err)
+				err = nil
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s: namespace %q: %w", in.Name(), name, err)
@@ -254,6 +283,15 @@ func (r record) Namespace() allocator.Namespace {
 
 // UpdatedUS is when the record's settings last changed.
 func (r record) UpdatedUS() int64 { return r.updatedUS }
+
+// CeilingUS is when the record's max_id was set (0: unknown).
+func (r record) CeilingUS() int64 { return r.ceilingUS }
+
+// WithLimits is the record with another ceiling and start (see failover.Merge).
+func (r record) WithLimits(maxID, ceilingUS, start int64) record {
+	r.ns.MaxID, r.ceilingUS, r.floor = maxID, ceilingUS, max(r.floor, start)
+	return r
+}
 
 // ReadRecord reads the instance's settings of a namespace; found is false when it has none.
 func (in *instance) ReadRecord(ctx context.Context, name string) (record, bool, error) {
@@ -332,10 +370,11 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 		return allocator.Block{}, fmt.Errorf("%w: namespace %q starts at %d, which leaves no ID for %s (offset %d of %d)",
 			allocator.ErrExhausted, ns.Name, ns.Start, in.Name(), in.offset, stride)
 	}
-	floor := in.marks.Get(ns.Name)
+	floor, local := in.marks.Get(ns.Name), in.local.Get(ns.Name)
 	k := in.store.keys
-	res, err := leaseScript.Run(ctx, in.client, []string{k.counter(ns.Name), k.settings(ns.Name), k.identity()},
-		size, size*stride, stride, in.offset%stride, floor.Value, first, *id, int64(math.MaxInt64)-stride).StringSlice()
+	res, err := leaseScript.Run(ctx, in.client, []string{k.counter(ns.Name), k.settings(ns.Name), k.identity(), k.local()},
+		size, size*stride, stride, in.offset%stride, floor.Value, first, *id, int64(math.MaxInt64)-stride,
+		ns.WithDefaults().MaxID, local.Value, ns.Name).StringSlice()
 	if err != nil {
 		return allocator.Block{}, err
 	}
@@ -358,7 +397,12 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 		} else {
 			size = n
 		}
-		in.marks.Leased(ns.Name, cur+size*stride, size*stride)
+		if len(res) > 3 {
+			if count, err := strconv.ParseInt(res[3], 10, 64); err == nil {
+				in.local.Observe(ns.Name, failover.Mark{Value: count, Holder: failover.ThisProcess})
+			}
+		}
+		in.marks.Leased(ns.Name, cur+size*stride, size*stride, "")
 		return allocator.BlockEnding(ns.Name, in.Name(), cur+size*stride, stride, size, allocator.ExpiryFor(in.store.cfg.now(), ns.LeaseTTL))
 	case "ceiling":
 		top := ""
@@ -375,6 +419,8 @@ func (in *instance) lease(ctx context.Context, rec record, size int64) (allocato
 			allocator.ErrMisconfigured, in.Name(), arg, *id)
 	case "behind":
 		return allocator.Block{}, in.fenceBelow(ns.Name, arg, floor)
+	case "copy":
+		return allocator.Block{}, in.fenceCopy(ns.Name, arg, local)
 	case "missing":
 		if floor.Value > 0 {
 			return allocator.Block{}, in.store.fence(in, []string{ns.Name}, []string{fmt.Sprintf("namespace %q is gone but %s saw its counter at %d", ns.Name, floor.Holder, floor.Value)})
@@ -407,7 +453,7 @@ func (in *instance) create(ctx context.Context, rec record, from int64) (created
 	k := in.store.keys
 	res, err := createScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name), k.index()},
 		rec.ns.Name, first, rec.ns.Start, rec.floor, rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS,
-		rec.ns.WithDefaults().MaxID).StringSlice()
+		rec.ns.WithDefaults().MaxID, rec.ceilingUS).StringSlice()
 	if err != nil {
 		return false, err
 	}
@@ -431,10 +477,11 @@ func (in *instance) ensure(ctx context.Context, rec record) error {
 	return err
 }
 
-// update writes settings (unless newer ones are stored) and raises the floor and the counter to
-// rec.floor; a namespace this instance lacks is created first. With lowered above 0 (a lower max_id)
-// nothing changes if the instance issued an ID above it: ErrInvalidSettings.
-func (in *instance) update(ctx context.Context, rec record, lowered int64) error {
+// update writes settings (unless newer ones are stored, the ceiling by its own time) and raises the
+// floor and the counter to rec.floor; a namespace this instance lacks is created first. A ceiling
+// below an ID the instance issued is never written: nothing changes, and the error
+// (ErrInvalidSettings) names the highest ID issued.
+func (in *instance) update(ctx context.Context, rec record) error {
 	stride := in.store.cfg.Stride
 	var floorCounter int64
 	if rec.floor > 0 {
@@ -444,16 +491,17 @@ func (in *instance) update(ctx context.Context, rec record, lowered int64) error
 		}
 		floorCounter = f
 	}
-	var limit int64 // the highest counter that issued nothing above lowered
-	if lowered > 0 && lowered <= math.MaxInt64-stride {
-		limit = lowered + stride
+	maxID := rec.ns.WithDefaults().MaxID
+	var limit int64 // the highest counter that issued nothing above maxID
+	if maxID <= math.MaxInt64-stride {
+		limit = maxID + stride
 	}
 	k := in.store.keys
 	mark := in.marks.Get(rec.ns.Name)
 	run := func() ([]string, error) {
 		return updateScript.Run(ctx, in.client, []string{k.settings(rec.ns.Name), k.counter(rec.ns.Name)},
 			rec.ns.BlockSize, rec.ns.MaxBlockSize, rec.ns.LeaseTTL.Milliseconds(), rec.updatedUS, rec.floor, floorCounter,
-			rec.ns.WithDefaults().MaxID, limit, mark.Value).StringSlice()
+			maxID, rec.ceilingUS, limit, mark.Value).StringSlice()
 	}
 	res, err := run()
 	if err == nil && res[0] == "missing" {
@@ -472,7 +520,7 @@ func (in *instance) update(ctx context.Context, rec record, lowered int64) error
 		return in.fenceBelow(rec.ns.Name, res[1], mark)
 	case res[0] == "passed" && len(res) > 1:
 		cur, _ := strconv.ParseInt(res[1], 10, 64)
-		return fmt.Errorf("%s: %w", in.Name(), allocator.CheckLowering(rec.ns.Name, lowered, cur-stride))
+		return allocator.CheckLowering(rec.ns.Name, maxID, cur-stride)
 	default:
 		return fmt.Errorf("%w: %s's counter for %q holds %q, not a counter; it was changed outside ticketd",
 			allocator.ErrMisconfigured, in.Name(), rec.ns.Name, strings.Join(res[1:], " "))

@@ -2,16 +2,24 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/internal/testservers"
 )
 
@@ -139,6 +147,122 @@ func (f *fleet) ColdCopy(ctx context.Context, i int) (func() error, error) {
 		return nil, err
 	}
 	return func() error { return f.putAOF(i, dir) }, nil
+}
+
+// Process opens a store as a process of its own, tuned by o. Proxied, it reaches each instance through
+// a toxiproxy of its own, and keeps the instances' own names.
+func (f *fleet) Process(t *testing.T, o allocatortest.ProcessOptions) *allocatortest.Process {
+	cfg := f.cfg
+	cfg.Addrs = append([]string(nil), cfg.Addrs...)
+	var cut func(i int)
+	if o.Proxied {
+		toxi := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+		proxies := make([]*toxiproxy.Proxy, len(cfg.Addrs))
+		for i, addr := range cfg.Addrs {
+			proxies[i] = toxiproxy.NewProxy(toxi, fmt.Sprintf("instance-%d", i), "127.0.0.1:0", addr)
+			if err := proxies[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxies[i].Stop)
+			cfg.Addrs[i] = proxies[i].Listen
+		}
+		cfg.Names = []string{f.Name(0), f.Name(1)}
+		cut = func(i int) { proxies[i].Stop() }
+	}
+	if o.WatermarkInterval > 0 {
+		cfg.WatermarkInterval = o.WatermarkInterval
+	}
+	if o.SettingsTTL > 0 {
+		cfg.SettingsTTL = o.SettingsTTL
+	}
+	cfg.beforeChange, cfg.marksWriting = o.BeforeChange, o.MarksWriting
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return allocatortest.NewProcess(s, cut, func() { s.set.Close(s.closeClients) })
+}
+
+// replica is a Redis that replicates instance i of the fleet.
+type replica struct {
+	f *fleet
+	i int
+	r *testservers.Redis
+}
+
+// Replicate starts a Redis (append-only, as ticketd requires) that replicates instance i, and waits
+// until it holds everything instance i does.
+func (f *fleet) Replicate(ctx context.Context, i int) (allocatortest.Replica, error) {
+	r := testenv.PrivateRedis(f.t, testservers.RedisOptions{})
+	if err := rawClient(f.t, r.Addr()).ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(f.pair[i].Port)).Err(); err != nil {
+		return nil, err
+	}
+	rep := &replica{f: f, i: i, r: r}
+	return rep, rep.catchUp(ctx)
+}
+
+// catchUp waits until the replica's link is up and it has applied all its source's replication
+// stream.
+func (r *replica) catchUp(ctx context.Context) error {
+	src, dst := rawClient(r.f.t, r.f.pair[r.i].Addr()), rawClient(r.f.t, r.r.Addr())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		want, err1 := infoField(ctx, src, "master_repl_offset")
+		got, err2 := infoField(ctx, dst, "slave_repl_offset")
+		link, err3 := infoField(ctx, dst, "master_link_status")
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		if link == "up" && want != "" && want == got {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the replica did not catch up within 30s: link %s, offset %s of %s", link, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// infoField reads one field of INFO replication.
+func infoField(ctx context.Context, c *goredis.Client, field string) (string, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}
+
+// Freeze catches up, then makes the replica stop following its source.
+func (r *replica) Freeze(ctx context.Context) error {
+	if err := r.catchUp(ctx); err != nil {
+		return err
+	}
+	return rawClient(r.f.t, r.r.Addr()).ReplicaOf(ctx, "NO", "ONE").Err()
+}
+
+// Promote kills the instance and starts the replica, on its own append-only files, on the instance's
+// port.
+func (r *replica) Promote(ctx context.Context) error {
+	old := r.f.pair[r.i]
+	if err := old.Kill(); err != nil {
+		return err
+	}
+	if err := r.r.Kill(); err != nil {
+		return err
+	}
+	n, err := testservers.StartRedis(ctx, testservers.RedisOptions{Dir: r.r.Dir(), Port: old.Port})
+	if err != nil {
+		return err
+	}
+	r.f.t.Cleanup(func() { _ = n.Kill() })
+	r.f.pair[r.i], r.r = n, n
+	return nil
 }
 
 func TestOperatorFaults(t *testing.T) {

@@ -33,6 +33,9 @@ type Config struct {
 	// URL. Required. Standalone instances only: each is its own ticket server, never a replica or a
 	// Cluster node.
 	Addrs []string
+	// Names are the instances' names in blocks, logs and metrics. Default: each address's host:port
+	// (host:port/db for a database other than 0).
+	Names []string
 	// Offsets give each instance its residue: instance i issues only IDs ≡ Offsets[i] (mod Stride).
 	// Each must be in 1..Stride, and no two alike. Default 1, 2, …, len(Addrs) in the order of Addrs.
 	// An instance remembers the offset and stride it first served with and refuses any other.
@@ -57,6 +60,10 @@ type Config struct {
 	Observer allocator.Observer
 
 	now func() time.Time
+	// beforeChange runs before each instance takes a namespace change (see failover.Config), and
+	// marksWriting as each background write of the water marks begins: seams for tests.
+	beforeChange func(server string)
+	marksWriting func()
 }
 
 func (c Config) withDefaults() Config {
@@ -81,6 +88,8 @@ func (c Config) validate() error {
 	switch {
 	case n == 0:
 		return fmt.Errorf("%w: redis: no instance address given", allocator.ErrInvalidConfig)
+	case len(c.Names) != 0 && int64(len(c.Names)) != n:
+		return fmt.Errorf("%w: redis: %d names for %d instances", allocator.ErrInvalidConfig, len(c.Names), n)
 	case int64(len(c.Offsets)) != n:
 		return fmt.Errorf("%w: %d offsets for %d Redis instances; give one offset per instance", allocator.ErrMisconfigured, len(c.Offsets), n)
 	case c.Stride < n || c.Stride > MaxStride:
@@ -176,6 +185,12 @@ func (k keys) claims() string            { return k.prefix + "claims" }
 func (k keys) marks() string             { return k.prefix + "marks" }
 func (k keys) rates() string             { return k.prefix + "rates" }
 func (k keys) index() string             { return k.prefix + "namespaces" }
+func (k keys) local() string             { return k.prefix + "local" }      // this instance's lease counts, never replicated
+func (k keys) localMarks() string        { return k.prefix + "localmarks" } // the peers' highest lease counts
+func (k keys) leased() string            { return k.prefix + "leased" }     // what every process leased from a peer
+func (k keys) windows() string           { return k.prefix + "windows" }    // where the current rate window began
+func (k keys) fleet() string             { return k.prefix + "fleetrates" } // the fastest every process together leased
+func (k keys) intervals() string         { return k.prefix + "intervals" }  // the longest water-mark interval of the writers
 func (k keys) counter(ns string) string  { return k.prefix + "ns:" + ns + ":next" }
 func (k keys) settings(ns string) string { return k.prefix + "ns:" + ns + ":settings" }
 
@@ -262,6 +277,7 @@ func build(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, keys: keys{cfg.KeyPrefix}, set: failover.NewSet[*instance, record](failover.Config{
 		Noun: "Redis instance", Every: "every Redis instance",
 		Failover: cfg.Failover, ReviveToRead: true, IsFault: isServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
+		BeforeChange: cfg.beforeChange,
 	})}
 	s.Front = failover.NewFront(s.set, func(ctx context.Context, in *instance, rec record, size int64) (allocator.Block, error) {
 		return in.lease(ctx, rec, size)
@@ -276,6 +292,9 @@ func build(cfg Config) (*Store, error) {
 		name := opt.Addr
 		if opt.DB != 0 {
 			name = fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
+		}
+		if len(cfg.Names) > 0 {
+			name = cfg.Names[i]
 		}
 		if seen[name] {
 			s.closeClients()
@@ -327,7 +346,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 	return s.set.CreateNamespace(ctx, ns, func(ctx context.Context, in *instance) bool {
 		return in.Usable() || (in.Due(s.cfg.now()) && in.Revive(ctx) == nil) // else it gets the namespace when it comes back
 	}, func(ctx context.Context, in *instance, c failover.Change[record]) (bool, error) {
-		return in.create(ctx, record{ns: c.Namespace, updatedUS: c.UpdatedUS}, 0)
+		return in.create(ctx, change(c.Namespace, 0, c.UpdatedUS), 0)
 	})
 }
 
@@ -337,7 +356,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns allocator.Namespace) (al
 func (s *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (allocator.Namespace, error) {
 	ns.Servers = nil
 	return s.set.UpdateNamespace(ctx, ns, s.serverStates, func(ctx context.Context, in *instance, c failover.Change[record]) error {
-		return in.update(ctx, record{ns: c.Namespace, floor: max(c.Current.floor, c.Advance), updatedUS: c.UpdatedUS}, c.Lowered)
+		return in.update(ctx, change(c.Namespace, max(c.Current.floor, c.Advance), c.UpdatedUS))
 	})
 }
 

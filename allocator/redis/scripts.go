@@ -48,17 +48,26 @@ local function quot(s, m)
 end
 `
 
-// leaseScript takes a block: KEYS counter, settings, identity; ARGV size, size*stride, stride, offset
-// mod stride, floor, first (the first counter of this instance's residue at or above the namespace's
-// start), the instance's id, MaxInt64-stride (the highest last ID whose counter still fits). Like the
-// MySQL lease statement it carries its own proof: it refuses, changing nothing, when the instance is no
-// longer the one whose offset claim was checked (its id differs or is gone: its data was wiped or
-// replaced), the counter is below the floor (the highest counter seen there by this process or read
-// in a peer's water marks: the instance went back in time), the namespace is missing, the size is
-// above the namespace's maximum, the counter is not of this instance's residue, or no ID is left at
-// or below the namespace's max_id ('ceiling'). A counter below first is raised to it. A block that
-// would pass max_id is cut to the IDs left below it. On success it returns the counter before the
-// lease, the block's first ID, and the block's size.
+// leaseScript takes a block: KEYS counter, settings, identity, local leases; ARGV size, size*stride,
+// stride, offset mod stride, floor, first (the first counter of this instance's residue at or above the
+// namespace's start), the instance's id, MaxInt64-stride (the highest last ID whose counter still
+// fits), the max_id this process knows, the local floor, the namespace. Like the MySQL lease statement
+// it carries its own proof: it refuses, changing nothing, when the instance is no longer the one whose
+// offset claim was checked (its id differs or is gone: its data was wiped or replaced), the counter is
+// below the floor (the highest counter seen there by this process or read in a peer's water marks: the
+// instance went back in time), the instance counted fewer leases of the namespace than the local floor
+// ('copy': a replica promoted in its place, see below), the namespace is missing, the size is above the
+// namespace's maximum, the counter is not of this instance's residue, or no ID is left at or below the
+// ceiling — the lower of the namespace's max_id and the one this process knows ('ceiling'). A counter
+// below first is raised to it. A block that would pass the ceiling is cut to the IDs left below it.
+//
+// Each lease also counts itself in the local leases hash, written to the append-only file but never
+// sent to replicas (redis.set_repl): a replica holds the count of its last full copy, so one promoted
+// in the instance's place counts fewer leases than the water marks of the count, while its counters,
+// which replicate, may not be behind theirs.
+//
+// On success it returns the counter before the lease, the block's first ID, the block's size and the
+// namespace's local lease count.
 var leaseScript = goredis.NewScript(luaHelpers + `
 local id = redis.call('HGET', KEYS[3], 'id')
 if id ~= ARGV[7] then return {'identity', id or ''} end
@@ -70,8 +79,12 @@ if not max then return {'missing'} end
 if tonumber(ARGV[1]) > tonumber(max) then return {'size', max} end
 if residue(cur, tonumber(ARGV[3])) ~= tonumber(ARGV[4]) then return {'residue', cur} end
 if less(cur, ARGV[5]) then return {'behind', cur} end
+local here = redis.call('HGET', KEYS[4], ARGV[11]) or '0'
+if not canonical(here) then return {'corrupt', here} end
+if less(here, ARGV[10]) then return {'copy', here} end
 local top = redis.call('HGET', KEYS[2], 'max_id') or '9223372036854775807'
 if not canonical(top) then return {'corrupt', top} end
+if less(ARGV[9], top) then top = ARGV[9] end
 local ceiling = top
 if less(ARGV[8], ceiling) then ceiling = ARGV[8] end
 local base = cur
@@ -89,12 +102,15 @@ if type(r) == 'table' and r.err then
   if string.find(r.err, 'overflow', 1, true) then return {'exhausted', base} end
   return {'corrupt', base}
 end
-return {'ok', base, tostring(n)}
+redis.set_repl(redis.REPL_AOF)
+local count = redis.call('HINCRBY', KEYS[4], ARGV[11], 1)
+redis.set_repl(redis.REPL_ALL)
+return {'ok', base, tostring(n), string.format('%.0f', count)}
 `)
 
 // createScript creates a namespace on one instance, or completes a half-made one: KEYS settings,
 // counter, index; ARGV name, first counter, start, floor, block_size, max_block_size, lease_ttl_ms,
-// updated_us, max_id. An existing counter is never moved back.
+// updated_us, max_id, max_id_us. An existing counter is never moved back.
 var createScript = goredis.NewScript(luaHelpers + `
 local cur = redis.call('GET', KEYS[2])
 if cur and not canonical(cur) then return {'corrupt', cur} end
@@ -102,7 +118,8 @@ local had = redis.call('EXISTS', KEYS[1]) == 1
 if had and cur then return {'exists'} end
 if not had then
   redis.call('HSET', KEYS[1], 'start', ARGV[3], 'floor', ARGV[4], 'block_size', ARGV[5],
-    'max_block_size', ARGV[6], 'lease_ttl_ms', ARGV[7], 'created_us', ARGV[8], 'updated_us', ARGV[8], 'max_id', ARGV[9])
+    'max_block_size', ARGV[6], 'lease_ttl_ms', ARGV[7], 'created_us', ARGV[8], 'updated_us', ARGV[8], 'max_id', ARGV[9],
+    'max_id_us', ARGV[10])
 end
 if not cur or less(cur, ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 redis.call('SADD', KEYS[3], ARGV[1])
@@ -112,22 +129,30 @@ return {'created'}
 
 // updateScript changes a namespace's settings on one instance: KEYS settings, counter; ARGV
 // block_size, max_block_size, lease_ttl_ms, updated_us, floor (0: none), the floor as a counter of this
-// instance, max_id, limit (0: none), the water mark (the highest counter seen there; 0: none).
-// Settings older than the stored ones are ignored; the floor and the counter only rise. A counter below
-// the water mark went back in time: nothing changes ('behind'), as a lease would refuse it. With a
-// limit (a lowered max_id plus the stride) it changes nothing when the counter is above it, an ID
-// above the new max_id having been issued ('passed').
+// instance, max_id, max_id_us, the highest counter that issued nothing above max_id (0: none fits, as
+// near MaxInt64), the water mark (the highest counter seen there; 0: none). Settings older than the
+// stored ones are ignored, the ceiling by its own time (max_id_us); the floor and the counter only
+// rise. A counter below the water mark went back in time: nothing changes ('behind'), as a lease would
+// refuse it. A ceiling that would lower the stored one below an ID the instance issued (its counter
+// above the limit) changes nothing ('passed').
 var updateScript = goredis.NewScript(luaHelpers + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 local cur = redis.call('GET', KEYS[2])
 if not cur then return {'missing'} end
 if not canonical(cur) then return {'corrupt', cur} end
-if less(cur, ARGV[9]) then return {'behind', cur} end
-if ARGV[8] ~= '0' and less(ARGV[8], cur) then return {'passed', cur} end
+if less(cur, ARGV[10]) then return {'behind', cur} end
+local top = redis.call('HGET', KEYS[1], 'max_id') or '9223372036854775807'
+local topUS = redis.call('HGET', KEYS[1], 'max_id_us') or '0'
+if not canonical(top) or not canonical(topUS) then return {'corrupt', top .. ' ' .. topUS} end
+local lower = less(ARGV[7], top) and not less(ARGV[8], topUS)
+if lower and ARGV[9] ~= '0' and less(ARGV[9], cur) then return {'passed', cur} end
 local u = redis.call('HGET', KEYS[1], 'updated_us')
 if not u or not canonical(u) or not less(ARGV[4], u) then
   redis.call('HSET', KEYS[1], 'block_size', ARGV[1], 'max_block_size', ARGV[2], 'lease_ttl_ms', ARGV[3],
-    'updated_us', ARGV[4], 'max_id', ARGV[7])
+    'updated_us', ARGV[4])
+end
+if less(topUS, ARGV[8]) or lower then
+  redis.call('HSET', KEYS[1], 'max_id', ARGV[7], 'max_id_us', ARGV[8])
 end
 if ARGV[5] ~= '0' then
   local f = redis.call('HGET', KEYS[1], 'floor')
@@ -186,6 +211,52 @@ for i = 1, #ARGV, 2 do
   if not cur or not canonical(cur) or less(cur, ARGV[i + 1]) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end
+end
+return 'ok'
+`)
+
+// paceScript records what one process leased from an instance, on a peer: KEYS the peer's rates,
+// leased, windows, fleet rates, intervals; ARGV the window (microseconds: the process's water-mark
+// interval, which also raises intervals, for a repair's margin to cover the longest), then
+// per namespace the field ("offset:namespace"), the process's rate and the counter units it leased
+// since its last write. The rate raises rates (the fastest one process leased); the units are added to
+// leased (what every process leased); and once a window of the peer's own clock has passed since the
+// field's window began, the rate of that sum over it raises fleet (the fastest every process together
+// leased). A window is "leased:microseconds" at its start.
+var paceScript = goredis.NewScript(luaHelpers + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local window = tonumber(ARGV[1])
+for i = 2, #ARGV, 3 do
+  local f, rate, span = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local cur = redis.call('HGET', KEYS[1], f)
+  if not cur or not canonical(cur) or less(cur, rate) then redis.call('HSET', KEYS[1], f, rate) end
+  local total = redis.call('HINCRBY', KEYS[2], f, span)
+  local from, at = string.match(redis.call('HGET', KEYS[3], f) or '', '^(%d+):(%d+)$')
+  if from and now - tonumber(at) >= window then
+    local r = math.floor((total - tonumber(from)) * 1000000 / (now - tonumber(at)))
+    local peak = tonumber(redis.call('HGET', KEYS[4], f) or '0') or 0
+    if r > peak then redis.call('HSET', KEYS[4], f, string.format('%.0f', r)) end
+  end
+  if not from or now - tonumber(at) >= window then
+    redis.call('HSET', KEYS[3], f, string.format('%.0f', total) .. ':' .. string.format('%.0f', now))
+  end
+  local iv = redis.call('HGET', KEYS[5], f)
+  if not iv or not canonical(iv) or less(iv, ARGV[1]) then redis.call('HSET', KEYS[5], f, ARGV[1]) end
+end
+return 'ok'
+`)
+
+// raiseLocalScript raises an instance's local lease count of a namespace to at least a value, written
+// to the append-only file and never sent to replicas, like the lease's own count: KEYS local leases;
+// ARGV namespace, value. A repair uses it, so that the instance passes the water marks of the count
+// again.
+var raiseLocalScript = goredis.NewScript(luaHelpers + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
+if not canonical(cur) or less(cur, ARGV[2]) then
+  redis.set_repl(redis.REPL_AOF)
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.set_repl(redis.REPL_ALL)
 end
 return 'ok'
 `)

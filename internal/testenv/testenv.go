@@ -211,12 +211,16 @@ func PrivateMariaDB(t testing.TB, opts testservers.MariaDBOptions) *testservers.
 }
 
 // PrivatePair starts two throwaway MariaDB servers (increment 2, offsets 1 and 2) in parallel.
-func PrivatePair(t testing.TB) [2]*testservers.MariaDB {
+func PrivatePair(t testing.TB) [2]*testservers.MariaDB { return PrivatePairWith(t, nil) }
+
+// PrivatePairWith is PrivatePair with extra mariadbd arguments for server i from extra (see
+// testservers.StartPairWith).
+func PrivatePairWith(t testing.TB, extra func(i int) []string) [2]*testservers.MariaDB {
 	t.Helper()
 	haveMariaDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pair, err := testservers.StartPair(ctx, ShortTempDir(t))
+	pair, err := testservers.StartPairWith(ctx, ShortTempDir(t), extra)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -514,6 +514,12 @@ func lastLines(s string, n int) string {
 // server a at offset 1 (odd IDs) and server b at offset 2 (even IDs). If either fails, both are
 // stopped.
 func StartPair(ctx context.Context, dir string) ([2]*MariaDB, error) {
+	return StartPairWith(ctx, dir, nil)
+}
+
+// StartPairWith is StartPair with extra mariadbd arguments for server i (0 or 1) from extra, when it
+// is not nil.
+func StartPairWith(ctx context.Context, dir string, extra func(i int) []string) ([2]*MariaDB, error) {
 	var pair [2]*MariaDB
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -521,8 +527,11 @@ func StartPair(ctx context.Context, dir string) ([2]*MariaDB, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pair[i], errs[i] = StartMariaDB(ctx, MariaDBOptions{
-				Dir: filepath.Join(dir, string(rune('a'+i))), Increment: 2, Offset: i + 1})
+			opts := MariaDBOptions{Dir: filepath.Join(dir, string(rune('a'+i))), Increment: 2, Offset: i + 1}
+			if extra != nil {
+				opts.ExtraArgs = extra(i)
+			}
+			pair[i], errs[i] = StartMariaDB(ctx, opts)
 		}()
 	}
 	wg.Wait()
@@ -536,6 +545,15 @@ func StartPair(ctx context.Context, dir string) ([2]*MariaDB, error) {
 	}
 	return pair, nil
 }
+
+// Binlog are the mariadbd arguments of a server that keeps a binary log a replica can follow, as
+// ticketd requires it (sync_binlog=1), with the given server_id.
+func Binlog(serverID int) []string {
+	return []string{"--log-bin", "--sync-binlog=1", "--binlog-format=ROW", fmt.Sprintf("--server-id=%d", serverID)}
+}
+
+// Options are the options the server was started with.
+func (m *MariaDB) Options() MariaDBOptions { return m.opts }
 
 // ownDirs gives the server's directories to the user it runs as (a Galera node run by root runs as
 // mysql), and lets that user through the temporary directories above them.

@@ -36,11 +36,18 @@ type Config struct {
 	Observer allocator.Observer
 	// Now is the clock.
 	Now func() time.Time
+	// CheckCeiling, when set, is asked before a namespace gets a ceiling below the default (at create)
+	// or a lower one (at update): it refuses while ticketd processes that ignore ceilings may be
+	// leasing (an older release, during an upgrade).
+	CheckCeiling func(ctx context.Context, namespace string) error
+	// BeforeChange, when set, runs before each server takes a namespace change: a seam for tests that
+	// make something happen between a change's checks and its writes.
+	BeforeChange func(server string)
 }
 
 // Server is one ticket server of a Set. Name, Usable, Due, MarkDown and MarkUp come from the *Member
 // that the server type embeds; the rest are the backend's own.
-type Server[R Record] interface {
+type Server[R Record[R]] interface {
 	comparable
 	Name() string
 	Usable() bool
@@ -59,12 +66,34 @@ type Server[R Record] interface {
 }
 
 // Record is one server's copy of a namespace's settings. Servers that missed a change hold older
-// copies; the one updated last wins.
-type Record interface {
+// copies; what is in force is their Merge.
+type Record[R any] interface {
 	// Namespace is the settings, without Servers.
 	Namespace() allocator.Namespace
 	// UpdatedUS is when the settings last changed, in microseconds since the Unix epoch.
 	UpdatedUS() int64
+	// CeilingUS is when the ceiling (max_id) was last set, in microseconds since the Unix epoch; 0 when
+	// unknown: a copy written by a ticketd that did not record it.
+	CeilingUS() int64
+	// WithLimits returns the record with the ceiling maxID set at ceilingUS, and the start.
+	WithLimits(maxID, ceilingUS, start int64) R
+}
+
+// Merge combines two copies of a namespace's settings into what is in force: the settings of the copy
+// updated last; the ceiling set last, the lower one when both were set at once or at unknown times (a
+// copy written by a ticketd that ignores ceilings, during an upgrade, never raises one); and the
+// highest start, since a start only rises.
+func Merge[R Record[R]](a, b R) R {
+	newer, older := a, b
+	if b.UpdatedUS() > a.UpdatedUS() {
+		newer, older = b, a
+	}
+	n, o := newer.Namespace().WithDefaults(), older.Namespace().WithDefaults()
+	maxID, at := n.MaxID, newer.CeilingUS()
+	if oat := older.CeilingUS(); oat > at || (oat == at && o.MaxID < maxID) {
+		maxID, at = o.MaxID, oat
+	}
+	return newer.WithLimits(maxID, at, max(newer.Namespace().Start, older.Namespace().Start))
 }
 
 // IsServerFault reports whether err says a server (or the way to it) failed, rather than the request:

@@ -7,10 +7,13 @@ import (
 	"time"
 )
 
-// Mark is the highest counter seen on a server for one namespace, and who saw it.
+// Mark is the highest counter seen on a server for one namespace, who saw it, and which server it was:
+// the identity the server answered with when its counter was seen there (empty when the one who saw it
+// did not record it). A server that answers with another identity now is another server in its place.
 type Mark struct {
-	Value  int64
-	Holder string
+	Value    int64
+	Holder   string
+	Identity string
 }
 
 // ThisProcess is the holder of the marks a process took from its own leases.
@@ -19,40 +22,47 @@ const ThisProcess = "this ticketd process"
 // Floors are what one process knows of one server's counters: per namespace, the highest counter seen
 // there by this process or read in a peer's water marks. A lease requires the server's counter to be
 // at or above its floor (a counter below it went back in time: a restored backup, lost data), and the
-// process writes its floors into the peers as their water marks. Floors also measure the pace of this
-// process's leases, for sizing a repair's margin. Safe for concurrent use; the zero value is ready.
+// process writes its floors into the peers as their water marks. Floors also count what this process
+// leased there, for the peers to size a repair's margin from. Safe for concurrent use; the zero value
+// is ready.
 type Floors struct {
 	mu   sync.Mutex
 	high map[string]Mark
-	// leasedSince counts, per namespace, the counter units leased here since rates were last taken.
+	// leasedSince counts, per namespace, the counter units leased here since the pace was last taken.
 	leasedSince map[string]int64
-	ratesAt     time.Time
+	paceAt      time.Time
 	// written[peer][ns] is the value last written into that peer's water marks.
 	written map[string]map[string]int64
 }
 
-// Observe raises a namespace's floor to v, seen by holder.
-func (f *Floors) Observe(ns string, v int64, holder string) {
+// Observe raises a namespace's floor to m. A mark no higher than the floor leaves it, but gives an
+// identity to a floor that had none.
+func (f *Floors) Observe(ns string, m Mark) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.observeLocked(ns, v, holder)
+	f.observeLocked(ns, m)
 }
 
-func (f *Floors) observeLocked(ns string, v int64, holder string) {
+func (f *Floors) observeLocked(ns string, m Mark) {
 	if f.high == nil {
 		f.high = map[string]Mark{}
 	}
-	if v > f.high[ns].Value {
-		f.high[ns] = Mark{v, holder}
+	cur, ok := f.high[ns]
+	switch {
+	case !ok || m.Value > cur.Value:
+		f.high[ns] = m
+	case m.Value == cur.Value && cur.Identity == "" && m.Identity != "":
+		cur.Identity = m.Identity
+		f.high[ns] = cur
 	}
 }
 
 // Leased notes a lease by this process that took the counter to end, span counter units above where
-// it started.
-func (f *Floors) Leased(ns string, end, span int64) {
+// it started, on the server that answered with identity.
+func (f *Floors) Leased(ns string, end, span int64, identity string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.observeLocked(ns, end, ThisProcess)
+	f.observeLocked(ns, Mark{Value: end, Holder: ThisProcess, Identity: identity})
 	if f.leasedSince == nil {
 		f.leasedSince = map[string]int64{}
 	}
@@ -77,29 +87,39 @@ func (f *Floors) Snapshot() map[string]Mark {
 	return out
 }
 
-// TakeRates returns, per namespace, the counter units this process leased per second since the last
-// call (nothing at the first).
-func (f *Floors) TakeRates(now time.Time) map[string]int64 {
+// Pace is what one process leased of one namespace on one server since its pace was last taken: the
+// counter units (Span), and how many a second that was.
+type Pace struct {
+	Span      int64
+	PerSecond int64
+}
+
+// TakePace returns, per namespace leased from since the last call, what this process leased there
+// (PerSecond is zero at the first call, which has no interval to divide by).
+func (f *Floors) TakePace(now time.Time) map[string]Pace {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]int64{}
-	if elapsed := now.Sub(f.ratesAt).Seconds(); !f.ratesAt.IsZero() && elapsed > 0 {
-		for ns, n := range f.leasedSince {
-			out[ns] = int64(float64(n) / elapsed)
+	out := make(map[string]Pace, len(f.leasedSince))
+	elapsed := now.Sub(f.paceAt).Seconds()
+	for ns, n := range f.leasedSince {
+		p := Pace{Span: n}
+		if !f.paceAt.IsZero() && elapsed > 0 {
+			p.PerSecond = int64(float64(n) / elapsed)
 		}
+		out[ns] = p
 	}
-	f.leasedSince, f.ratesAt = nil, now
+	f.leasedSince, f.paceAt = nil, now
 	return out
 }
 
 // Pending returns the floors the named peer has not received yet.
-func (f *Floors) Pending(peer string) map[string]int64 {
+func (f *Floors) Pending(peer string) map[string]Mark {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]int64{}
+	out := map[string]Mark{}
 	for ns, m := range f.high {
 		if f.written[peer][ns] < m.Value {
-			out[ns] = m.Value
+			out[ns] = m
 		}
 	}
 	return out
@@ -122,23 +142,50 @@ func (f *Floors) Wrote(peer, ns string, v int64) {
 // interval whose leases no mark holds yet, one more for a writer that was late, and one to spare.
 const RepairMarginIntervals = 3
 
+// Peaks are the highest lease rates the peers recorded for a server and a namespace, in counter units
+// a second: Fleet, of every process together (measured by the peers from what each process reported
+// it leased), and Process, of the fastest single process; and Interval, the longest water-mark interval
+// of the processes that reported them (0 when none said).
+type Peaks struct {
+	Fleet, Process int64
+	Interval       time.Duration
+}
+
 // RepairMargin sizes a repair's margin from what can have been leased since the last water mark was
-// written: RepairMarginIntervals intervals at peak (the highest lease rate recorded with the marks,
-// counter units per second), and never less than ten of the namespace's largest blocks at the
-// server's step. It says how it chose.
-func RepairMargin(peak int64, interval time.Duration, maxBlock, step int64) (int64, string) {
-	window := time.Duration(RepairMarginIntervals) * interval
-	byRate := int64(float64(peak) * window.Seconds())
+// written: RepairMarginIntervals water-mark intervals (the longer of interval and the one recorded with
+// the peaks) at the highest rate recorded with the marks (the fleet's, or one process's when that is
+// higher, as with marks of processes that predate the fleet's), and never less than ten of the
+// namespace's largest blocks at the server's step. It says how it chose.
+func RepairMargin(p Peaks, interval time.Duration, maxBlock, step int64) (int64, string) {
+	window := time.Duration(RepairMarginIntervals) * max(interval, p.Interval)
+	rate, whose := p.Fleet, "every process together"
+	if p.Process > p.Fleet {
+		rate, whose = p.Process, "one process"
+	}
+	byRate := int64(float64(rate) * window.Seconds())
+	measured := fmt.Sprintf("the highest lease rate recorded with the marks, %d per second by %s (the fastest single process: %d per second)", rate, whose, p.Process)
 	byBlocks := 10 * maxBlock * step
 	if byRate > byBlocks {
-		return byRate, fmt.Sprintf("%d water-mark intervals (%s) at the highest lease rate recorded with the marks, %d per second", RepairMarginIntervals, window, peak)
+		return byRate, fmt.Sprintf("%d water-mark intervals (%s) at %s", RepairMarginIntervals, window, measured)
 	}
-	return byBlocks, fmt.Sprintf("ten blocks of max_block_size %d at step %d (more than %d water-mark intervals, %s, at the highest lease rate recorded with the marks, %d per second)",
-		maxBlock, step, RepairMarginIntervals, window, peak)
+	return byBlocks, fmt.Sprintf("ten blocks of max_block_size %d at step %d (more than %d water-mark intervals, %s, at %s)",
+		maxBlock, step, RepairMarginIntervals, window, measured)
 }
 
 // FenceReason is the error text of a fenced server: what went back, and the command that repairs it.
 func FenceReason(server string, namespaces, details []string) string {
-	return fmt.Sprintf("%s went back in time, as after a restore from an old backup or a lost disk (%s); it serves nothing until an operator checks it and runs: ticketd repair %s --server %s",
+	return fmt.Sprintf("%s went back in time or was replaced, as after a restore from an old backup, a lost disk or a replica promoted in its place (%s); it serves nothing until an operator checks it and runs: ticketd repair %s --server %s",
 		server, strings.Join(details, "; "), namespaces[0], server)
+}
+
+// IdentityChanged says that a mark was taken on another server than the one that answers now.
+func IdentityChanged(ns string, m Mark, now string) string {
+	return fmt.Sprintf("namespace %q: %s saw its counter at %d on %s, but it answers as %s now: another server took its place",
+		ns, m.Holder, m.Value, m.Identity, now)
+}
+
+// Replaced reports whether a server that answers with identity now is not the one the mark m was
+// taken on.
+func (m Mark) Replaced(identity string) bool {
+	return m.Identity != "" && identity != "" && m.Identity != identity
 }

@@ -10,7 +10,7 @@ import (
 // Front is what a backend of several servers serves from its Set alone: leases with failover,
 // namespace reads, the servers' names and health. A backend's Store embeds it and gives it its own
 // lease attempt, the way to give a server a namespace it lacks, and its read of the servers' counters.
-type Front[S Server[R], R Record] struct {
+type Front[S Server[R], R Record[R]] struct {
 	set     *Set[S, R]
 	attempt func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)
 	ensure  func(ctx context.Context, s S, rec R) error
@@ -21,7 +21,7 @@ type Front[S Server[R], R Record] struct {
 // NewFront returns the Front of set. attempt is one lease on one server; a server whose attempt fails
 // with missing (it was away when the namespace was created, and nothing says it ever issued from it)
 // is given the namespace with ensure, then asked again. states reads the servers' counters.
-func NewFront[S Server[R], R Record](set *Set[S, R], attempt func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error),
+func NewFront[S Server[R], R Record[R]](set *Set[S, R], attempt func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error),
 	ensure func(ctx context.Context, s S, rec R) error, missing error, states States) Front[S, R] {
 	return Front[S, R]{set: set, attempt: attempt, ensure: ensure, missing: missing, states: states}
 }

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
 )
 
 // Change is a namespace change as a Set hands it to each server.
-type Change[R Record] struct {
+type Change[R Record[R]] struct {
 	// Namespace is the settings, validated and with defaults. At an update, Start is the namespace's
 	// own, from Current.
 	Namespace allocator.Namespace
@@ -19,7 +20,8 @@ type Change[R Record] struct {
 	Current R
 	// Advance is the Start an update asked for, or 0: counters rise to it, never fall.
 	Advance int64
-	// UpdatedUS is the time of the change in microseconds, stored with the settings.
+	// UpdatedUS is the time of the change in microseconds, stored with the settings. A change sets
+	// every setting, the ceiling too: it is also the time the ceiling was set (Record.CeilingUS).
 	UpdatedUS int64
 	// Lowered is the new max_id when an update lowers it, or 0: a server whose counter already passed
 	// it refuses the change (ErrInvalidSettings) in the statement that would write it.
@@ -39,6 +41,11 @@ func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespac
 		return allocator.Namespace{}, err
 	}
 	defer cancel()
+	if ns.MaxID < allocator.DefaultMaxID {
+		if err := set.checkCeiling(ctx, ns.Name); err != nil {
+			return allocator.Namespace{}, err
+		}
+	}
 	c := Change[R]{Namespace: ns, UpdatedUS: set.cfg.Now().UnixMicro()}
 	created, existed := 0, 0
 	var errs []error
@@ -77,9 +84,14 @@ func (set *Set[S, R]) CreateNamespace(ctx context.Context, ns allocator.Namespac
 
 // UpdateNamespace replaces a namespace's settings (zero fields mean their defaults) on every usable
 // server; update changes them on one. A Start above the namespace's own is handed on as Advance, and
-// is the Start returned. ErrUnavailable when no server took the change. A lower max_id needs every
-// server to answer (states reads their counters) and none to have issued above it: ErrInvalidSettings
-// naming the highest issued otherwise; each server checks again as it takes the change (Lowered).
+// is the Start returned. ErrUnavailable when no server took the change; a server that missed it takes
+// it when it is next checked.
+//
+// A lower max_id is in force only once every server holds it, since each server's statement keeps its
+// leases below its own copy: it needs every server to answer (states reads their counters) and none to
+// have issued above it (ErrInvalidSettings naming the highest issued otherwise); each server checks
+// again as it takes the change (Lowered). When a server does not take it, the servers that did are put
+// back to the ceiling before, and the error says which server refused and why, and what to do.
 func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespace, states States,
 	update func(context.Context, S, Change[R]) error) (allocator.Namespace, error) {
 	advance := ns.Start
@@ -98,37 +110,106 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 	}
 	// A change is newer than the settings it replaces even when this process's clock is behind the one
 	// that wrote them: the newest copy wins on every server.
-	c := Change[R]{Namespace: ns, Current: current, Advance: advance, UpdatedUS: max(set.cfg.Now().UnixMicro(), current.UpdatedUS()+1)}
+	c := Change[R]{Namespace: ns, Current: current, Advance: advance,
+		UpdatedUS: max(set.cfg.Now().UnixMicro(), current.UpdatedUS()+1, current.CeilingUS()+1)}
 	if ns.MaxID < current.Namespace().WithDefaults().MaxID {
+		if err := set.checkCeiling(ctx, ns.Name); err != nil {
+			return allocator.Namespace{}, err
+		}
 		if err := set.checkLowering(ctx, ns, states); err != nil {
 			return allocator.Namespace{}, err
 		}
 		c.Lowered = ns.MaxID
 	}
-	updated := 0
-	var errs []error
+	var took []S
+	var errs, skipped []error // of the servers tried, and of those out of rotation
+	var missed []string
 	for _, s := range set.servers {
 		if !s.Usable() {
+			missed = append(missed, s.Name())
+			skipped = append(skipped, fmt.Errorf("%s: out of rotation: %s", s.Name(), s.Health().Error))
 			continue
 		}
+		if set.cfg.BeforeChange != nil {
+			set.cfg.BeforeChange(s.Name())
+		}
 		if err := update(ctx, s, c); err != nil {
+			missed = append(missed, s.Name())
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 			if set.cfg.IsFault(err) {
 				s.MarkDown(err)
 			}
 			continue
 		}
-		updated++
+		took = append(took, s)
 	}
 	set.Forget(ns.Name)
-	if updated == 0 {
+	if c.Lowered > 0 && len(missed) > 0 {
+		return allocator.Namespace{}, set.undoLowering(ctx, c, took, missed, append(errs, skipped...), update)
+	}
+	if len(took) == 0 {
 		return allocator.Namespace{}, fmt.Errorf("%w: updating %q: %w", allocator.ErrUnavailable, ns.Name, set.why(errs))
+	}
+	if len(missed) > 0 {
+		set.cfg.Logger.Warn("namespace change not taken by every "+set.cfg.Noun+"; each takes it when it is next checked",
+			"namespace", ns.Name, "missed", missed, "err", errors.Join(append(errs, skipped...)...))
 	}
 	_, _ = set.Latest(ctx, ns.Name) // remember the settings just written, for servers that missed them
 	if advance > ns.Start {
 		ns.Start = advance
 	}
 	return ns, nil
+}
+
+// undoLowering puts the servers that took a lowered ceiling back to the settings before, since some
+// server did not take it, and returns the error that says which, why, and what to do.
+func (set *Set[S, R]) undoLowering(ctx context.Context, c Change[R], took []S, missed []string, errs []error,
+	update func(context.Context, S, Change[R]) error) error {
+	name := c.Namespace.Name
+	before := c.Current.Namespace().WithDefaults()
+	undo := Change[R]{Namespace: before, Current: c.Current, UpdatedUS: c.UpdatedUS + 1}
+	var putBack, stuck []string
+	var undoErrs []error
+	for _, s := range took {
+		if err := update(ctx, s, undo); err != nil {
+			stuck = append(stuck, s.Name())
+			undoErrs = append(undoErrs, fmt.Errorf("%s: %w", s.Name(), err))
+			continue
+		}
+		putBack = append(putBack, s.Name())
+	}
+	set.Forget(name)
+	_, _ = set.Latest(ctx, name)
+	cause := allocator.ErrUnavailable
+	todo := "run the update again once every " + set.cfg.Noun + " answers"
+	for _, e := range errs {
+		if errors.Is(e, allocator.ErrInvalidSettings) {
+			cause = allocator.ErrInvalidSettings
+			todo = "IDs above it were issued meanwhile: choose a max_id at or above the highest ID issued (ticketd namespace get shows each counter) and run the update again"
+		}
+	}
+	what := "nothing changed"
+	switch {
+	case len(stuck) > 0:
+		what = fmt.Sprintf("%s still hold max_id %d (putting them back failed: %v): a process that reads their settings leases at or below it on every server",
+			strings.Join(stuck, ", "), c.Lowered, errors.Join(undoErrs...))
+		todo += ", with the max_id you want in force"
+	case len(putBack) > 0:
+		what = fmt.Sprintf("%s, which took it, were put back to max_id %d", strings.Join(putBack, ", "), before.MaxID)
+	}
+	if c.Advance > before.Start && len(took) > 0 {
+		what += fmt.Sprintf(" (the start advanced to %d stays: counters only rise)", c.Advance)
+	}
+	return fmt.Errorf("%w: max_id of %q was not lowered to %d: a lower ceiling is in force only once every %s holds it, and %s did not take it (%w); %s; %s",
+		cause, name, c.Lowered, set.cfg.Noun, strings.Join(missed, ", "), errors.Join(errs...), what, todo)
+}
+
+// checkCeiling asks the backend whether a ceiling may be set now (see Config.CheckCeiling).
+func (set *Set[S, R]) checkCeiling(ctx context.Context, name string) error {
+	if set.cfg.CheckCeiling == nil {
+		return nil
+	}
+	return set.cfg.CheckCeiling(ctx, name)
 }
 
 // checkLowering refuses a max_id below what any server issued, and a lower max_id while a server does
@@ -228,12 +309,13 @@ func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocato
 	return out, nil
 }
 
-// KeepLatest adds r to latest (by namespace name) unless latest holds a copy updated after it.
-func KeepLatest[R Record](latest map[string]R, r R) {
+// KeepLatest adds r to latest (by namespace name), merged with the copy latest holds (see Merge).
+func KeepLatest[R Record[R]](latest map[string]R, r R) {
 	name := r.Namespace().Name
-	if cur, ok := latest[name]; !ok || r.UpdatedUS() > cur.UpdatedUS() {
-		latest[name] = r
+	if cur, ok := latest[name]; ok {
+		r = Merge(cur, r)
 	}
+	latest[name] = r
 }
 
 // slowSettings is how long a lease waits for a refresh of settings it holds a copy of. A refresh that
@@ -320,14 +402,18 @@ func (set *Set[S, R]) Forget(name string) {
 	set.settingsMu.Unlock()
 }
 
-// rememberLocked keeps r as the newest known copy of its namespace unless a newer one is known, and
-// returns the newest. settingsMu must be held.
+// rememberLocked merges r into the newest known copy of its namespace (see Merge), also the copy
+// cached for leases, and returns it. settingsMu must be held.
 func (set *Set[S, R]) rememberLocked(r R) R {
 	name := r.Namespace().Name
-	if k, ok := set.known[name]; ok && k.UpdatedUS() >= r.UpdatedUS() {
-		return k
+	if k, ok := set.known[name]; ok {
+		r = Merge(k, r)
 	}
 	set.known[name] = r
+	if c, ok := set.settings[name]; ok {
+		c.rec = Merge(c.rec, r)
+		set.settings[name] = c
+	}
 	return r
 }
 
@@ -360,9 +446,10 @@ func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
 			answered++
 		default:
 			answered++
-			if !found || r.UpdatedUS() > best.UpdatedUS() {
-				best, found = r, true
+			if found {
+				r = Merge(best, r)
 			}
+			best, found = r, true
 		}
 	}
 	set.settingsMu.Lock()

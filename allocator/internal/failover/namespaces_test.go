@@ -24,7 +24,7 @@ func createOn(errs map[string]error) func(context.Context, *fakeServer, Change[f
 		if _, ok := s.records[c.Namespace.Name]; ok {
 			return false, nil
 		}
-		s.records[c.Namespace.Name] = fakeRecord{c.Namespace, c.UpdatedUS}
+		s.records[c.Namespace.Name] = fakeRecord{c.Namespace, c.UpdatedUS, c.UpdatedUS}
 		return true, nil
 	}
 }
@@ -79,7 +79,7 @@ func TestCreateNamespace(t *testing.T) {
 func TestUpdateNamespace(t *testing.T) {
 	ctx := context.Background()
 	fx := newFixture(t, 2, nil)
-	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 50}, 5}
+	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 50}, 5, 5}
 	var seen []Change[fakeRecord]
 	update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
 		seen = append(seen, c)
@@ -136,7 +136,7 @@ func counters(list []allocator.ServerState) States {
 func TestUpdateNamespaceLowersMaxID(t *testing.T) {
 	ctx := context.Background()
 	fx := newFixture(t, 2, nil)
-	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, 5}
+	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, 5, 5}
 	var seen []Change[fakeRecord]
 	update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
 		seen = append(seen, c)
@@ -176,7 +176,7 @@ func TestUpdateNamespaceLowersMaxID(t *testing.T) {
 				t.Fatalf("%d changes, Lowered %+v, want 2 with %d", len(seen), seen, tc.lowered)
 			}
 			// Put the ceiling back for the next case.
-			fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, seen[0].UpdatedUS + 1}
+			fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, seen[0].UpdatedUS + 1, seen[0].UpdatedUS + 1}
 			fx.set.Forget("orders")
 		})
 	}
@@ -185,9 +185,9 @@ func TestUpdateNamespaceLowersMaxID(t *testing.T) {
 func TestNamespaces(t *testing.T) {
 	ctx := context.Background()
 	fx := newFixture(t, 2, nil)
-	fx.servers[0].records["links"] = fakeRecord{allocator.Namespace{Name: "links", BlockSize: 1}, 3}
-	fx.servers[1].records["links"] = fakeRecord{allocator.Namespace{Name: "links", BlockSize: 2}, 4}
-	fx.servers[1].records["alpha"] = fakeRecord{allocator.Namespace{Name: "alpha", BlockSize: 3}, 1}
+	fx.servers[0].records["links"] = fakeRecord{allocator.Namespace{Name: "links", BlockSize: 1}, 3, 3}
+	fx.servers[1].records["links"] = fakeRecord{allocator.Namespace{Name: "links", BlockSize: 2}, 4, 4}
+	fx.servers[1].records["alpha"] = fakeRecord{allocator.Namespace{Name: "alpha", BlockSize: 3}, 1, 1}
 	states := func(_ context.Context, names []string) map[string][]allocator.ServerState {
 		out := map[string][]allocator.ServerState{}
 		for _, n := range names {
@@ -216,5 +216,95 @@ func TestNamespaces(t *testing.T) {
 	fx.servers[1].set(errors.New("timeout"), nil)
 	if _, err := fx.set.Namespaces(ctx, states); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), "listing namespaces") {
 		t.Fatalf("Namespaces with no server answering: %v", err)
+	}
+}
+
+// TestMerge: two copies of a namespace's settings combine into the settings of the one updated last,
+// the ceiling set last (the lower one when both were set at once or at unknown times) and the higher
+// start.
+func TestMerge(t *testing.T) {
+	ns := func(block, maxID, start int64) allocator.Namespace {
+		return allocator.Namespace{Name: "orders", BlockSize: block, MaxID: maxID, Start: start}
+	}
+	for _, tc := range []struct {
+		name                       string
+		a, b                       fakeRecord
+		block, maxID, ceiling, str int64
+	}{
+		{"the newer copy wins when it set the ceiling too", fakeRecord{ns(10, 1000, 1), 5, 5}, fakeRecord{ns(20, 2000, 1), 7, 7}, 20, 2000, 7, 1},
+		{"a ceiling set later outlives newer other settings", fakeRecord{ns(10, 1000, 1), 5, 9}, fakeRecord{ns(20, 2000, 1), 7, 7}, 20, 1000, 9, 1},
+		{"at the same time the lower ceiling wins", fakeRecord{ns(10, 3000, 1), 5, 5}, fakeRecord{ns(20, 2000, 1), 7, 5}, 20, 2000, 5, 1},
+		{"a ceiling of unknown time never overrides a known one", fakeRecord{ns(10, 3000, 1), 5, 5}, fakeRecord{ns(20, 0, 1), 9, 0}, 20, 3000, 5, 1},
+		{"two of unknown time: the lower", fakeRecord{ns(10, 3000, 1), 5, 0}, fakeRecord{ns(20, 0, 1), 9, 0}, 20, 3000, 0, 1},
+		{"the higher start, whichever copy holds it", fakeRecord{ns(10, 0, 500), 5, 5}, fakeRecord{ns(20, 0, 1), 9, 9}, 20, allocator.DefaultMaxID, 9, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, got := range []fakeRecord{Merge(tc.a, tc.b), Merge(tc.b, tc.a)} {
+				n := got.Namespace().WithDefaults()
+				if n.BlockSize != tc.block || n.MaxID != tc.maxID || got.CeilingUS() != tc.ceiling || n.Start != tc.str {
+					t.Fatalf("Merge: block %d, max_id %d set at %d, start %d; want %d, %d at %d, %d",
+						n.BlockSize, n.MaxID, got.CeilingUS(), n.Start, tc.block, tc.maxID, tc.ceiling, tc.str)
+				}
+			}
+		})
+	}
+}
+
+// TestLoweringIsTakenByEveryServerOrNone: a lower max_id that a server refuses (it issued above it
+// meanwhile) or does not take (it cannot be reached) is put back on the servers that took it, with the
+// settings before and a newer time; the error names the server and says what to do. When putting back
+// fails too, the error says which servers keep the lower ceiling.
+func TestLoweringIsTakenByEveryServerOrNone(t *testing.T) {
+	ctx := context.Background()
+	up := []allocator.ServerState{{Server: "s1", Next: 11, Step: 2, Healthy: true}, {Server: "s2", Next: 12, Step: 2, Healthy: true}}
+	passed := fmt.Errorf("s2: %w", allocator.CheckLowering("orders", 5000, 6000))
+	gone := errors.New("connection refused")
+	for _, tc := range []struct {
+		name      string
+		s2, undo  error
+		want      error
+		words     []string
+		putBackOn int
+	}{
+		{"a server issued above it meanwhile", passed, nil, allocator.ErrInvalidSettings, []string{"s2 did not take it", "s1, which took it, were put back", "choose a max_id at or above"}, 1},
+		{"a server cannot be reached", gone, nil, allocator.ErrUnavailable, []string{"s2 did not take it", "put back", "once every ticket server answers"}, 1},
+		{"putting back fails too", gone, gone, allocator.ErrUnavailable, []string{"s2 did not take it", "s1 still hold max_id 5000"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, 2, nil)
+			var seen []Change[fakeRecord]
+			update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
+				seen = append(seen, c)
+				switch {
+				case s.Name() == "s2":
+					return tc.s2
+				case c.Lowered == 0 && tc.undo != nil:
+					return tc.undo
+				}
+				s.mu.Lock()
+				s.records["orders"] = fakeRecord{c.Namespace, c.UpdatedUS, c.UpdatedUS}
+				s.mu.Unlock()
+				return nil
+			}
+			_, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, MaxID: 5000}, counters(up), update)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("UpdateNamespace: %v, want %v", err, tc.want)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("%v does not say %q", err, w)
+				}
+			}
+			if len(seen) != 3 || seen[2].Lowered != 0 || seen[2].UpdatedUS <= seen[0].UpdatedUS || seen[2].Namespace.WithDefaults().MaxID != allocator.DefaultMaxID {
+				t.Fatalf("changes %+v: want the lowering on s1 and s2, then s1 put back to the ceiling before, later", seen)
+			}
+			ns, rerr := fx.set.ReadSettings(ctx, "orders")
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if want := []int64{5000, allocator.DefaultMaxID}[tc.putBackOn]; ns.WithDefaults().MaxID != want {
+				t.Fatalf("max_id in force %d, want %d", ns.WithDefaults().MaxID, want)
+			}
+		})
 	}
 }

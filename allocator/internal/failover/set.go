@@ -17,7 +17,7 @@ import (
 // settings. Leases go round-robin across usable servers and fail over to the others; namespace
 // settings are read from every usable server, the latest copy winning, and cached for leases. Safe for
 // concurrent use once every server is added.
-type Set[S Server[R], R Record] struct {
+type Set[S Server[R], R Record[R]] struct {
 	cfg     Config
 	servers []S
 	next    atomic.Uint64 // round-robin cursor
@@ -45,7 +45,7 @@ type cachedSettings[R any] struct {
 }
 
 // NewSet returns an empty Set; add its servers with Add before any other call.
-func NewSet[S Server[R], R Record](cfg Config) *Set[S, R] {
+func NewSet[S Server[R], R Record[R]](cfg Config) *Set[S, R] {
 	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{},
 		refreshing: map[string]chan struct{}{}, done: make(chan struct{})}
 	set.bg, set.stopBG = context.WithCancel(context.Background())
@@ -254,7 +254,7 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 }
 
 // leaseRounds is one Lease's tries: each server's last error, and the servers it no longer tries.
-type leaseRounds[S Server[R], R Record] struct {
+type leaseRounds[S Server[R], R Record[R]] struct {
 	set   *Set[S, R]
 	rec   R
 	size  int64

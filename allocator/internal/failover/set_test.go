@@ -17,10 +17,17 @@ import (
 type fakeRecord struct {
 	ns      allocator.Namespace
 	updated int64
+	ceiling int64 // when max_id was set; 0 when unknown
 }
 
 func (r fakeRecord) Namespace() allocator.Namespace { return r.ns }
 func (r fakeRecord) UpdatedUS() int64               { return r.updated }
+func (r fakeRecord) CeilingUS() int64               { return r.ceiling }
+
+func (r fakeRecord) WithLimits(maxID, ceilingUS, start int64) fakeRecord {
+	r.ns.MaxID, r.ceiling, r.ns.Start = maxID, ceilingUS, start
+	return r
+}
 
 // fakeServer is an in-memory ticket server: its records, an error every read returns while it is
 // "down", and the outcome of its revival check.
@@ -110,7 +117,7 @@ func newFixture(t *testing.T, n int, tweak func(*Config)) *fixture {
 	fx.set = NewSet[*fakeServer, fakeRecord](cfg)
 	orders := allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100}
 	for i := range n {
-		s := &fakeServer{Member: fx.set.NewMember(fmt.Sprintf("s%d", i+1)), records: map[string]fakeRecord{"orders": {orders, 1}}}
+		s := &fakeServer{Member: fx.set.NewMember(fmt.Sprintf("s%d", i+1)), records: map[string]fakeRecord{"orders": {orders, 1, 1}}}
 		s.MarkUsable()
 		fx.set.Add(s)
 		fx.servers = append(fx.servers, s)
@@ -374,7 +381,7 @@ func TestLeaseErrors(t *testing.T) {
 func TestSettings(t *testing.T) {
 	fx := newFixture(t, 2, nil)
 	ctx := context.Background()
-	fx.servers[1].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 20, MaxBlockSize: 100}, 2}
+	fx.servers[1].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 20, MaxBlockSize: 100}, 2, 2}
 	if r, err := fx.set.Latest(ctx, "orders"); err != nil || r.ns.BlockSize != 20 {
 		t.Fatalf("Latest: %+v, %v; want the copy updated last (block size 20)", r, err)
 	}
@@ -424,14 +431,14 @@ func TestReviveToRead(t *testing.T) {
 func TestKnownSettings(t *testing.T) {
 	fx := newFixture(t, 2, nil)
 	ctx := context.Background()
-	newer := fakeRecord{allocator.Namespace{Name: "late", BlockSize: 20, Start: 1_000_000}, 9}
+	newer := fakeRecord{allocator.Namespace{Name: "late", BlockSize: 20, Start: 1_000_000}, 9, 9}
 	fx.servers[0].records["late"] = newer
 	if r, err := fx.set.Latest(ctx, "late"); err != nil || r.updated != 9 || r.ns.BlockSize != 20 {
 		t.Fatalf("Latest: %+v, %v", r, err)
 	}
 	// s1 goes away with the change; s2 answers with the copy it had before the change.
 	fx.servers[0].MarkDown(errors.New("gone"))
-	fx.servers[1].records["late"] = fakeRecord{allocator.Namespace{Name: "late", BlockSize: 10, Start: 1}, 3}
+	fx.servers[1].records["late"] = fakeRecord{allocator.Namespace{Name: "late", BlockSize: 10, Start: 1}, 3, 3}
 	if r, err := fx.set.Latest(ctx, "late"); err != nil || r.updated != 9 || r.ns.BlockSize != 20 {
 		t.Fatalf("Latest with only the older copy reachable: %+v, %v; want the newer one this process read", r, err)
 	}

@@ -1,0 +1,402 @@
+package allocatortest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+)
+
+// ProcessOptions tune a process a test opens on a fleet. The zero value is a process as Fleet.Open
+// opens it.
+type ProcessOptions struct {
+	// Proxied reaches each server through a proxy of the process's own, so that Process.Cut can break
+	// the way from this process to one server while other processes still reach it.
+	Proxied bool
+	// BeforeChange runs before each server takes a namespace change this process makes: after the
+	// change's checks, before its write there.
+	BeforeChange func(server string)
+	// MarksWriting runs as each background write of the process's water marks begins.
+	MarksWriting func()
+	// WatermarkInterval and SettingsTTL replace the fleet's when not zero.
+	WatermarkInterval, SettingsTTL time.Duration
+}
+
+// Process is a backend opened as one ticketd process, and what a test can do to that process.
+type Process struct {
+	allocator.Backend
+	cut   func(i int)
+	crash func()
+}
+
+// NewProcess is a fleet's process: b, with cut breaking its way to server i (nil when it has no
+// proxies) and crash stopping it as a kill would.
+func NewProcess(b allocator.Backend, cut func(i int), crash func()) *Process {
+	return &Process{Backend: b, cut: cut, crash: crash}
+}
+
+// LeaseFrom leases preferring a server, as the backend's LeaseFrom does.
+func (p *Process) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
+	return p.Backend.(preferring).LeaseFrom(ctx, namespace, size, prefer)
+}
+
+// Health is the backend's health of each server.
+func (p *Process) Health() []allocator.ServerHealth {
+	return p.Backend.(allocator.HealthReporter).Health()
+}
+
+// Repair is the backend's repair.
+func (p *Process) Repair(ctx context.Context, namespace, server string, opts allocator.RepairOptions) (allocator.RepairResult, error) {
+	return p.Backend.(allocator.Repairer).Repair(ctx, namespace, server, opts)
+}
+
+// Cut breaks the process's way to server i: its connections there fail, and so do new ones. The
+// process must have been opened Proxied.
+func (p *Process) Cut(t testing.TB, i int) {
+	t.Helper()
+	if p.cut == nil {
+		t.Fatal("Cut on a process opened without proxies")
+	}
+	p.cut(i)
+}
+
+// Crash stops the process as a kill does: its background work ends and it writes nothing more, not
+// even the water marks a Close writes.
+func (p *Process) Crash() { p.crash() }
+
+// Replica is an asynchronous replica of one server of a fleet.
+type Replica interface {
+	// Freeze waits until the replica holds everything its server wrote, then stops it receiving
+	// more: from here on it lags behind its server.
+	Freeze(ctx context.Context) error
+	// Promote kills the server and puts the replica in its place, at its address, as a failover
+	// tool (or a virtual IP moved) does.
+	Promote(ctx context.Context) error
+}
+
+// fleetCases are the cases of RunOperatorFaults that a fleet of processes, rather than one, breaks.
+func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
+	t.Run("CeilingLoweredWhileAServerLeasesPastIt", func(t *testing.T) {
+		runCeilingLoweredUnderALease(t, newFleet(t))
+	})
+	t.Run("CeilingLoweredWhileTheWayToAServerBreaks", func(t *testing.T) {
+		runCeilingCutOff(t, newFleet(t), false)
+	})
+	t.Run("CeilingLeftOnOneServer", func(t *testing.T) {
+		runCeilingCutOff(t, newFleet(t), true)
+	})
+	t.Run("StartAdvancedWhileTheWayToAServerBreaks", func(t *testing.T) {
+		runStartCutOff(t, newFleet(t))
+	})
+	t.Run("RepairAfterAFleetCrash", func(t *testing.T) {
+		runFleetCrash(t, newFleet(t))
+	})
+	t.Run("ReplicaPromotedInAServersPlace", func(t *testing.T) {
+		runReplicaPromoted(t, newFleet(t))
+	})
+}
+
+// serving opens a process tuned by o, creates namespace "orders" (blocks of 100) through it and leases
+// two blocks from each server, kept with the run's blocks.
+func (r *operatorRun) serving(f Fleet, o ProcessOptions) *Process {
+	p := f.Process(r.t, o)
+	r.t.Cleanup(func() { _ = p.Close() })
+	if _, err := p.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100}); err != nil {
+		r.t.Fatal(err)
+	}
+	r.leaseFrom(p, f.Name(0), 2)
+	r.leaseFrom(p, f.Name(1), 2)
+	return p
+}
+
+// maxIDOf reads the namespace's max_id as a process sees it.
+func maxIDOf(t testing.TB, b allocator.Backend, name string) int64 {
+	t.Helper()
+	ns, err := b.Namespace(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.MaxID
+}
+
+// runCeilingLoweredUnderALease: an admin process lowers max_id to N. After its checks (every counter
+// below N) and before its write on B, a serving process leases from B past N. B's statement refuses
+// the ceiling; the update must fail, say that B refused it, and leave the ceiling as it was on every
+// server, so that what B issued above N lies below the ceiling in force.
+func runCeilingLoweredUnderALease(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	// The serving process leases with the settings it read before the change: it learns of a ceiling
+	// only when it reads them again.
+	serving := r.serving(f, ProcessOptions{SettingsTTL: time.Hour})
+	n := Highest(r.blocks, b) + 1000 // room for a few of B's blocks, then B passes it
+	passed := false
+	admin := f.Process(t, ProcessOptions{BeforeChange: func(server string) {
+		if server != b || passed {
+			return
+		}
+		passed = true
+		for last := int64(0); last <= n; {
+			blk := r.untilFrom(serving, b)
+			last, _ = blk.Last()
+		}
+	}})
+	t.Cleanup(func() { _ = admin.Close() })
+	_, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: n})
+	if !passed {
+		t.Fatalf("the update never reached %s: %v", b, err)
+	}
+	if !errors.Is(err, allocator.ErrInvalidSettings) || !strings.Contains(err.Error(), b) {
+		t.Fatalf("lowering max_id to %d while %s leased past it: %v; want ErrInvalidSettings naming %s", n, b, err, b)
+	}
+	t.Logf("refused as it should be: %v", err)
+	for i, p := range []allocator.Backend{admin, serving, r.open(f)} {
+		if got := maxIDOf(t, p, "orders"); got != allocator.DefaultMaxID {
+			t.Fatalf("process %d reads max_id %d after the lowering failed; want it left at %d", i+1, got, int64(allocator.DefaultMaxID))
+		}
+	}
+	r.leaseFrom(serving, a, 2)
+	r.leaseFrom(serving, b, 2)
+	r.disjoint()
+}
+
+// runCeilingCutOff: an admin process lowers max_id to N, and after its checks its way to B breaks
+// (with stuck, its way to A too, once A took the change, so that A cannot be put back). The update
+// must fail and name B. Without stuck, A is put back: the ceiling stays as it was. With stuck, A keeps
+// N: then no process that knows A's settings may lease above N on either server, B included, although
+// B's own copy says nothing of N.
+func runCeilingCutOff(t *testing.T, f Fleet, stuck bool) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	serving := r.serving(f, ProcessOptions{})
+	n := max(Highest(r.blocks, a), Highest(r.blocks, b)) + 2000
+	var admin *Process
+	admin = f.Process(t, ProcessOptions{Proxied: true, BeforeChange: func(server string) {
+		if server != b {
+			return
+		}
+		admin.Cut(t, 1)
+		if stuck {
+			admin.Cut(t, 0)
+		}
+	}})
+	t.Cleanup(func() { _ = admin.Close() })
+	_, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: n})
+	if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), b) {
+		t.Fatalf("lowering max_id to %d with the way to %s cut: %v; want ErrUnavailable naming %s", n, b, err, b)
+	}
+	t.Logf("refused as it should be: %v", err)
+	if !stuck {
+		for i, p := range []allocator.Backend{serving, r.open(f)} {
+			if got := maxIDOf(t, p, "orders"); got != allocator.DefaultMaxID {
+				t.Fatalf("process %d reads max_id %d after the lowering failed; want %s put back to %d", i+1, got, a, int64(allocator.DefaultMaxID))
+			}
+		}
+		r.leaseFrom(serving, b, 2)
+		r.disjoint()
+		return
+	}
+	if !strings.Contains(err.Error(), a+" still hold") {
+		t.Fatalf("the error does not say that %s keeps the lower ceiling: %v", a, err)
+	}
+	// Every process that reads A's settings keeps every lease at or below N: a new one, and the serving
+	// one once it read them.
+	fresh := r.open(f)
+	if got := maxIDOf(t, serving, "orders"); got != n {
+		t.Fatalf("the serving process reads max_id %d, want %d from %s", got, n, a)
+	}
+	for i, p := range []allocator.Backend{fresh, serving} {
+		for {
+			blk, err := p.(preferring).LeaseFrom(r.ctx, "orders", 0, b)
+			if errors.Is(err, allocator.ErrExhausted) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("process %d: %v", i+1, err)
+			}
+			r.blocks = append(r.blocks, blk)
+			if last, _ := blk.Last(); last > n {
+				t.Fatalf("process %d leased %v from %s, above max_id %d that %s holds", i+1, blk, blk.Server, n, a)
+			}
+		}
+	}
+	r.disjoint()
+}
+
+// runStartCutOff: an admin process advances the namespace's start, and its way to B breaks before B
+// takes the change: the advance is in force on A, and B, live, keeps its old start. A process that
+// reads the settings (one started now, or one whose copy of the settings expired) raises B's counter to
+// the new start at its lease: B issues nothing below it to such a process. B takes the change itself
+// when it is next checked.
+func runStartCutOff(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	serving := r.serving(f, ProcessOptions{SettingsTTL: time.Hour})
+	var admin *Process
+	admin = f.Process(t, ProcessOptions{Proxied: true, BeforeChange: func(server string) {
+		if server == b {
+			admin.Cut(t, 1)
+		}
+	}})
+	t.Cleanup(func() { _ = admin.Close() })
+	const start = 1_000_000_000
+	if _, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, Start: start}); err != nil {
+		t.Fatalf("advancing the start with %s cut off: %v; want it in force on %s", b, err, a)
+	}
+	if ns, err := serving.Namespace(r.ctx, "orders"); err != nil || ns.Start != start { // it reads them again
+		t.Fatalf("the serving process reads %+v, %v; want start %d", ns, err, int64(start))
+	}
+	for i, p := range []allocator.Backend{r.open(f), serving} {
+		if blk := r.untilFrom(p, b); blk.Start < start {
+			t.Fatalf("process %d leased %v from %s, below the start %d in force on %s", i+1, blk, b, int64(start), a)
+		}
+	}
+	r.disjoint()
+}
+
+// crashingProcesses is how many processes lease at once before they all crash.
+const crashingProcesses = 8
+
+// runFleetCrash: eight processes lease from B as fast as they can (blocks of 100, water marks every
+// second). Then the way from every process to A, which keeps B's marks, breaks, and 0.9 s later they
+// all crash: what they leased since their last marks reached A is in no mark. Then B loses its data.
+// A fresh process fences B, and the repair with the default margin must move B past every ID any of
+// the eight took from it: the margin covers what the whole fleet can have leased since the last mark,
+// not what one process can.
+func runFleetCrash(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	b := f.Name(1)
+	admin := r.open(f)
+	if _, err := admin.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxBlockSize: 100}); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Close()
+	const interval = time.Second
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make([]error, crashingProcesses)
+	procs := make([]*Process, crashingProcesses)
+	for i := range procs {
+		p := f.Process(t, ProcessOptions{Proxied: true, WatermarkInterval: interval})
+		procs[i] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				blk, err := p.LeaseFrom(r.ctx, "orders", 100, b)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				mu.Lock()
+				r.blocks = append(r.blocks, blk)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(4 * interval) // every process's pace reaches the marks a few times
+	for _, p := range procs {
+		p.Cut(t, 0)
+	}
+	time.Sleep(interval * 9 / 10)
+	close(stop)
+	wg.Wait()
+	for _, p := range procs {
+		p.Crash()
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	highestB := Highest(r.blocks, b)
+	t.Logf("%d processes leased %d blocks; %s issued up to %d", crashingProcesses, len(r.blocks), b, highestB)
+	if err := f.Wipe(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p := f.Process(t, ProcessOptions{WatermarkInterval: interval}) // run as the fleet is
+	t.Cleanup(func() { _ = p.Close() })
+	FencedHealth(t, p, b)
+	res, err := p.Repair(r.ctx, "orders", b, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("repair: mark %d, margin %d (%s), counter now %d", res.Watermark, res.Margin, res.MarginWhy, res.After)
+	if res.After <= highestB {
+		t.Fatalf("the repair moved %s to %d, but the crashed processes had taken IDs up to %d from it: %d IDs would be issued again (margin %d: %s)",
+			b, res.After, highestB, (highestB-res.After)/2+1, res.Margin, res.MarginWhy)
+	}
+	if blk := r.untilFrom(p, b); blk.Start <= highestB {
+		t.Fatalf("after the repair %s leased %v, not above %d", b, blk, highestB)
+	}
+	r.disjoint()
+}
+
+// runReplicaPromoted: A has an asynchronous replica. p1 leases from A and closes (its marks reach B);
+// the replica then stops receiving; p2 leases from A past the replica and dies with A, so that no mark
+// holds what it took. A is killed and the replica takes its address, behind A but at or above every
+// mark. Neither a process that ran all along (it read the marks, and leased from B only) nor one
+// started now may lease from it: it is not the server the marks were taken on. The repair then makes
+// A serve above everything it issued.
+func runReplicaPromoted(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p1 := r.open(f)
+	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, a, 3)
+	r.leaseFrom(p1, b, 3)
+	replica, err := f.Replicate(r.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, a, 5)
+	if err := p1.Close(); err != nil { // its marks reach B
+		t.Fatal(err)
+	}
+	if err := replica.Freeze(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p2 := f.Process(t, ProcessOptions{WatermarkInterval: time.Hour})
+	r.leaseFrom(p2, a, 3)
+	p2.Crash()
+	running := r.open(f)
+	r.leaseFrom(running, b, 1)
+	highestA := Highest(r.blocks, a)
+	if err := replica.Promote(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []allocator.Backend{running, r.open(f)} {
+		if blk, err := p.(preferring).LeaseFrom(r.ctx, "orders", 0, a); err == nil {
+			r.blocks = append(r.blocks, blk)
+			if blk.Server == a {
+				t.Fatalf("process %d leased %v from the replica promoted in %s's place (A had issued up to %d)", i+1, blk, a, highestA)
+			}
+		}
+		h := FencedHealth(t, p, a)
+		t.Logf("process %d: %s", i+1, h.Error)
+	}
+	r.disjoint()
+	res, err := running.(allocator.Repairer).Repair(r.ctx, "orders", a, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Fenced || res.After <= highestA {
+		t.Fatalf("repair %+v; %s had issued up to %d", res, a, highestA)
+	}
+	for _, p := range []allocator.Backend{running, r.open(f)} {
+		if blk := r.untilFrom(p, a); blk.Start <= highestA {
+			t.Fatalf("after the repair %s leased %v, not above %d", a, blk, highestA)
+		}
+	}
+	r.disjoint()
+}
