@@ -109,6 +109,9 @@ type Figures struct {
 	// StartViolations counts blocks that started below a namespace's start although their lease began
 	// after the start was advanced.
 	StartViolations int64 `json:"start_violations"`
+	// IDsAboveMaxID counts IDs, drawn or not, of blocks that lie above the namespace's ceiling (max_id)
+	// in force when their lease began (see ceiling).
+	IDsAboveMaxID int64 `json:"ids_above_max_id"`
 	// ServedWhileDegraded is the share of Next calls made while a fault was active that returned an ID.
 	ServedWhileDegraded float64 `json:"served_while_degraded"`
 	// LongestStallMS is the longest a Next call took, and LongestStallDuring the fault that was active
@@ -143,6 +146,7 @@ func (f *Figures) add(o Figures) {
 	f.ReissuedIDs += o.ReissuedIDs
 	f.ParityViolations += o.ParityViolations
 	f.StartViolations += o.StartViolations
+	f.IDsAboveMaxID += o.IDsAboveMaxID
 	if o.LongestStallMS > f.LongestStallMS || f.LongestStallMS == 0 && f.LongestStallDuring == "" {
 		f.LongestStallMS, f.LongestStallDuring, f.LongestStallAfter = o.LongestStallMS, o.LongestStallDuring, o.LongestStallAfter
 	}
@@ -178,6 +182,11 @@ const (
 	// ExpectHealed: a server loses its data and its cluster gives it back (a Galera state transfer): no
 	// replica may fence or refuse it, and it must serve again without a repair.
 	ExpectHealed = "healed"
+	// ExpectCeiling: a namespace's max_id is lowered while a server is out of the admin's reach, which
+	// must be refused as unavailable and change nothing, then with every server in reach; the
+	// namespace is then drawn up to the ceiling, and no block leased after the lowering may pass it
+	// (ids_above_max_id).
+	ExpectCeiling = "ceiling"
 )
 
 // FaultResult is one fault of the schedule and what came of it.
@@ -185,18 +194,21 @@ type FaultResult struct {
 	Backend string `json:"backend"`
 	Name    string `json:"name"`
 	Applied bool   `json:"applied"`
-	// Expect is what the fault must do (ExpectFenced, ExpectRefused, ExpectStart); empty when the
-	// replicas only have to ride it out.
+	// Expect is what the fault must do (ExpectFenced, ExpectRefused, ExpectStart, ExpectHealed,
+	// ExpectCeiling); empty when the replicas only have to ride it out.
 	Expect string `json:"expect,omitempty"`
 	// Outage is whether the fault takes every server out by design while it lasts (a setting that
 	// could make them issue duplicates, on all of them): no ID may be issued until it is reverted.
 	Outage bool `json:"outage,omitempty"`
-	// FencedOrRefused is whether a server was seen fenced or refused while the fault lasted.
+	// FencedOrRefused is whether a server was seen fenced or refused while the fault lasted; for
+	// ExpectCeiling, whether the lowering the cut-off server could not take was refused and changed
+	// nothing.
 	FencedOrRefused bool `json:"fenced_or_refused"`
 	// LongestStallMS is the longest Next call that began while the fault was being applied or active.
 	LongestStallMS float64 `json:"longest_stall_ms"`
 	// Checked counts, for ExpectStart, the blocks the returned server issued after the start was
-	// advanced and that were checked against it.
+	// advanced and that were checked against it; for ExpectCeiling, the blocks leased after the
+	// lowering was in force, each checked against it.
 	Checked int64  `json:"checked,omitempty"`
 	Detail  string `json:"detail,omitempty"`
 	// Error is why the fault could not be applied or reverted.
@@ -221,6 +233,10 @@ func (f FaultResult) problem() string {
 		return "was fenced or refused: a server its cluster rebuilt must need no repair"
 	case f.Expect == ExpectHealed && f.Checked == 0:
 		return "was not exercised: the rebuilt server issued no block after it rejoined"
+	case f.Expect == ExpectCeiling && !f.FencedOrRefused:
+		return "went unnoticed: the lowering that a server could not take was not refused as unavailable, or changed the ceiling"
+	case f.Expect == ExpectCeiling && f.Checked == 0:
+		return "was not exercised: no block was leased after the ceiling was lowered"
 	}
 	return ""
 }
@@ -234,8 +250,9 @@ type Summary struct {
 	DurationS float64          `json:"duration_s"`
 }
 
-// OK reports whether the run met its promise: no duplicate, no parity or start violation, every fault
-// that must fence or refuse a server did, and enough IDs from each backend.
+// OK reports whether the run met its promise: no duplicate, no parity or start violation, no ID above
+// a ceiling in force, every fault that must fence or refuse a server did, and enough IDs from each
+// backend.
 func (s Summary) OK(minIDs int64) error {
 	var errs []error
 	if s.Duplicates != 0 {
@@ -250,6 +267,9 @@ func (s Summary) OK(minIDs int64) error {
 	if s.StartViolations != 0 {
 		errs = append(errs, fmt.Errorf("%d blocks below the namespace's start, leased after it was advanced", s.StartViolations))
 	}
+	if s.IDsAboveMaxID != 0 {
+		errs = append(errs, fmt.Errorf("%d IDs above the namespace's max_id in force when their lease began", s.IDsAboveMaxID))
+	}
 	for _, f := range s.Faults {
 		if p := f.problem(); p != "" {
 			errs = append(errs, fmt.Errorf("%s: %q %s", f.Backend, f.Name, p))
@@ -263,7 +283,7 @@ func (s Summary) OK(minIDs int64) error {
 	return errors.Join(errs...)
 }
 
-// Namespace is the namespace the run draws from.
+// Namespace is the namespace the run draws from (see also CeilingNamespace).
 const Namespace = "chaos"
 
 // Run runs each backend's clients and fault schedule at once and checks every ID drawn.

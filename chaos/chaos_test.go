@@ -13,9 +13,10 @@ import (
 )
 
 // TestShortChaosRun runs the whole fault schedule briefly on both backends, on throwaway servers of its
-// own, and checks the summary: no duplicate, no parity or start violation, every fault was applied and
-// met leases, and each restore was fenced and each misconfiguration refused. It is long enough for the
-// schedule's server restarts, which take seconds each.
+// own, and checks the summary: no duplicate, no parity or start violation, no ID above a ceiling in
+// force, every fault was applied and met leases, each restore and the promoted replica were fenced,
+// each misconfiguration refused, and the lowered ceiling refused while a server was cut off and then
+// reached. It is long enough for the schedule's server restarts, which take seconds each.
 func TestShortChaosRun(t *testing.T) {
 	testenv.RequireMariaDB(t)
 	testenv.RequireRedis(t)
@@ -50,12 +51,13 @@ func TestShortChaosRun(t *testing.T) {
 		faults[f.Backend]++
 		expected[f.Backend][f.Expect]++
 	}
-	if faults[chaos.BackendMySQL] != 13 || faults[chaos.BackendRedis] != 10 {
-		t.Fatalf("faults by backend %v, want the 13 of the MariaDB schedule and the 10 of the Redis one: %+v", faults, sum.Faults)
+	if faults[chaos.BackendMySQL] != 15 || faults[chaos.BackendRedis] != 12 {
+		t.Fatalf("faults by backend %v, want the 15 of the MariaDB schedule and the 12 of the Redis one: %+v", faults, sum.Faults)
 	}
-	want := map[string]map[string]int{ // restores fenced, misconfigurations refused, start advances
-		chaos.BackendMySQL: {chaos.ExpectFenced: 2, chaos.ExpectRefused: 1, chaos.ExpectStart: 1},
-		chaos.BackendRedis: {chaos.ExpectFenced: 1, chaos.ExpectRefused: 1, chaos.ExpectStart: 1},
+	// Restores and promoted replicas fenced, misconfigurations refused, start advances, ceilings.
+	want := map[string]map[string]int{
+		chaos.BackendMySQL: {chaos.ExpectFenced: 3, chaos.ExpectRefused: 1, chaos.ExpectStart: 1, chaos.ExpectCeiling: 1},
+		chaos.BackendRedis: {chaos.ExpectFenced: 2, chaos.ExpectRefused: 1, chaos.ExpectStart: 1, chaos.ExpectCeiling: 1},
 	}
 	for b, w := range want {
 		for e, n := range w {

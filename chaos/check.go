@@ -45,7 +45,7 @@ func stalls(f *Figures, clients []*drawer, faults []FaultResult) {
 func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	w.mu.Lock()
 	clients, faults := w.clients, slices.Clone(w.faultsRun)
-	advances := slices.Clone(w.advances)
+	issued := issue{blocks: w.rec.blocks(), advances: slices.Clone(w.advances), ceilings: slices.Clone(w.ceilings)}
 	resets := map[int][]int64{}
 	for i, r := range w.resets {
 		resets[i] = slices.Clone(r)
@@ -53,33 +53,81 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	w.mu.Unlock()
 
 	var f Figures
-	var all []int64
+	drawn := map[string][]int64{} // by namespace
 	for _, d := range clients {
-		all = append(all, d.ids...)
+		drawn[d.namespace] = append(drawn[d.namespace], d.ids...)
+		issued.exhausted += d.exhausted
 		f.degradedCalls += d.degradedCalls
 		f.degradedOK += d.degradeOK
 		f.NextErrors += d.errors
 	}
 	stalls(&f, clients, faults)
-	f.IDs = int64(len(all))
 	f.ServedWhileDegraded = 1
 	if f.degradedCalls > 0 {
 		f.ServedWhileDegraded = float64(f.degradedOK) / float64(f.degradedCalls)
 	}
-	slices.Sort(all)
-	f.Duplicates = duplicates(all)
-
-	rec := w.rec.blocks()
-	blocks := make([]allocator.Block, len(rec))
-	for k, b := range rec {
-		blocks[k] = b.Block
-	}
-	f.Blocks = int64(len(blocks))
 	f.FailedAttempts, f.Failovers = w.attempts.failed.Load(), w.attempts.failovers.Load()
-	f.ParityViolations = w.layout.parityViolations(blocks, w.indexOf) + w.layout.outsideBlocks(all, blocks)
-	f.ReissuedIDs = w.layout.reissued(blocks)
-	for _, a := range advances {
-		c := a.check(rec, w.indexOf)
+	issued.check(&f, faults, drawn, w.layout, w.indexOf)
+
+	after, err := w.counters(ctx)
+	if err != nil {
+		return f, faults, err
+	}
+	f.LostInFlightIDs = w.layout.lostInFlight(w.before, after, resets, issued.of(Namespace), w.indexOf)
+	return f, faults, nil
+}
+
+// issue is what the servers issued in a run, and what it must be held to.
+type issue struct {
+	blocks   []recorded
+	advances []advance
+	ceilings ceilings // the ceiling namespace's
+	// exhausted counts the calls of the ceiling namespace's clients that found it exhausted.
+	exhausted int64
+}
+
+// of returns the blocks of one namespace.
+func (is issue) of(ns string) []allocator.Block {
+	var out []allocator.Block
+	for _, b := range is.blocks {
+		if b.Namespace == ns {
+			out = append(out, b.Block)
+		}
+	}
+	return out
+}
+
+func (is issue) recordedOf(ns string) []recorded {
+	var out []recorded
+	for _, b := range is.blocks {
+		if b.Namespace == ns {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// check sets f's figures of what was issued and drawn (IDs by namespace): each namespace is a space of
+// IDs of its own, so IDs are checked for duplicates, and against the blocks, within their namespace.
+// It notes in faults what the start advances and the ceiling lowering were checked against.
+func (is issue) check(f *Figures, faults []FaultResult, drawn map[string][]int64, l layout, indexOf func(string) (int, bool)) {
+	all := make([]allocator.Block, len(is.blocks))
+	for k, b := range is.blocks {
+		all[k] = b.Block
+	}
+	f.Blocks = int64(len(all))
+	f.ParityViolations = l.parityViolations(all, indexOf)
+	for ns, ids := range drawn {
+		slices.Sort(ids)
+		f.IDs += int64(len(ids))
+		f.Duplicates += duplicates(ids)
+		f.ParityViolations += l.outsideBlocks(ids, is.of(ns))
+	}
+	for _, ns := range []string{Namespace, CeilingNamespace} {
+		f.ReissuedIDs += l.reissued(is.of(ns))
+	}
+	for _, a := range is.advances {
+		c := a.check(is.recordedOf(Namespace), indexOf)
 		f.StartViolations += c.violations
 		for k := range faults {
 			if faults[k].Name == a.fault {
@@ -89,13 +137,15 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 			}
 		}
 	}
-
-	after, err := w.counters(ctx)
-	if err != nil {
-		return f, faults, err
+	cc := is.ceilings.check(is.recordedOf(CeilingNamespace))
+	f.IDsAboveMaxID = cc.above
+	for k := range faults {
+		if faults[k].Expect == ExpectCeiling {
+			faults[k].Checked = cc.after
+			faults[k].Detail += fmt.Sprintf("; %d blocks leased after the lowering, the highest ID %d; %d IDs above the ceiling in force at their lease; %d calls of its clients answered exhausted",
+				cc.after, cc.highest, cc.above, is.exhausted)
+		}
 	}
-	f.LostInFlightIDs = w.layout.lostInFlight(w.before, after, resets, blocks, w.indexOf)
-	return f, faults, nil
 }
 
 // duplicates counts the IDs of a sorted list equal to the one before.

@@ -39,6 +39,11 @@ func TestFaultProblems(t *testing.T) {
 		{"dump missing", FaultResult{Expect: ExpectFenced, Error: "apply: no dump of server b was taken"}, "no dump"},
 		{"start checked", FaultResult{Applied: true, Expect: ExpectStart, Checked: 3}, ""},
 		{"start not exercised", FaultResult{Applied: true, Expect: ExpectStart}, "not exercised"},
+		{"ceiling refused and checked", FaultResult{Applied: true, Expect: ExpectCeiling, FencedOrRefused: true, Checked: 4}, ""},
+		{"ceiling lowered past a server cut off", FaultResult{Applied: true, Expect: ExpectCeiling, Checked: 4}, "was not refused as unavailable, or changed the ceiling"},
+		{"ceiling never met", FaultResult{Applied: true, Expect: ExpectCeiling, FencedOrRefused: true}, "no block was leased after the ceiling was lowered"},
+		{"ceiling not lowered", FaultResult{Applied: true, Expect: ExpectCeiling, FencedOrRefused: true, Checked: 4,
+			Error: "apply: lowering max_id with every server in reach: boom"}, "boom"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -68,6 +73,7 @@ func TestSummaryFails(t *testing.T) {
 		{"block issued twice", func(s *Summary) { s.ReissuedIDs = 3 }, "3 IDs issued in two blocks"},
 		{"parity", func(s *Summary) { s.ParityViolations = 2 }, "parity"},
 		{"start", func(s *Summary) { s.StartViolations = 1 }, "below the namespace's start"},
+		{"above max_id", func(s *Summary) { s.IDsAboveMaxID = 7 }, "7 IDs above the namespace's max_id"},
 		{"one backend short", func(s *Summary) { s.Backends[1].IDs = 9 }, "redis: only 9 IDs"},
 		{"restore unnoticed", func(s *Summary) {
 			s.Faults = append(s.Faults, FaultResult{Backend: BackendMySQL, Name: "restored", Applied: true, Expect: ExpectFenced})
@@ -100,7 +106,7 @@ func TestSummaryJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"ids", "duplicates", "reissued_ids", "parity_violations", "start_violations", "served_while_degraded", "longest_stall_ms", "longest_outage_stall_ms",
+	for _, k := range []string{"ids", "duplicates", "reissued_ids", "parity_violations", "start_violations", "ids_above_max_id", "served_while_degraded", "longest_stall_ms", "longest_outage_stall_ms",
 		"blocks", "next_errors", "lost_in_flight_ids", "failed_attempts", "failovers", "faults", "backends", "duration_s"} {
 		if _, ok := got[k]; !ok {
 			t.Errorf("no %q in %s", k, b)
@@ -120,9 +126,9 @@ func TestSummaryJSON(t *testing.T) {
 // TestFiguresAdd: the figures of two backends add up; the served share weighs each backend's calls.
 func TestFiguresAdd(t *testing.T) {
 	var s Figures
-	s.add(Figures{IDs: 10, Duplicates: 1, LongestStallMS: 5, LongestStallDuring: "kill", degradedCalls: 10, degradedOK: 10})
-	s.add(Figures{IDs: 20, StartViolations: 2, LongestStallMS: 3, LongestStallDuring: "between faults", degradedCalls: 30, degradedOK: 0})
-	if s.IDs != 30 || s.Duplicates != 1 || s.StartViolations != 2 || s.LongestStallMS != 5 || s.LongestStallDuring != "kill" ||
+	s.add(Figures{IDs: 10, Duplicates: 1, IDsAboveMaxID: 3, LongestStallMS: 5, LongestStallDuring: "kill", degradedCalls: 10, degradedOK: 10})
+	s.add(Figures{IDs: 20, StartViolations: 2, IDsAboveMaxID: 4, LongestStallMS: 3, LongestStallDuring: "between faults", degradedCalls: 30, degradedOK: 0})
+	if s.IDs != 30 || s.Duplicates != 1 || s.StartViolations != 2 || s.IDsAboveMaxID != 7 || s.LongestStallMS != 5 || s.LongestStallDuring != "kill" ||
 		s.ServedWhileDegraded != 0.25 {
 		t.Fatalf("%+v", s)
 	}
@@ -184,12 +190,12 @@ func TestStartAdvanceCheck(t *testing.T) {
 	const start = 1_000_000
 	a := advance{fault: "advanced", epoch: 1, start: start, returned: 1}
 	blocks := []recorded{
-		{blk("b", 200, 10), 0},       // before the change: below is fine
-		{blk("a", 201, 10), 0},       // before the change, finished after it
-		{blk("a", start+1, 10), 1},   // a, above
-		{blk("b", start+200, 10), 1}, // b came back above
-		{blk("b", start, 10), 2},     // b, at the start
-		{blk("b", 220, 10), 1},       // b came back below: the fault
+		{Block: blk("b", 200, 10), epoch: 0},       // before the change: below is fine
+		{Block: blk("a", 201, 10), epoch: 0},       // before the change, finished after it
+		{Block: blk("a", start+1, 10), epoch: 1},   // a, above
+		{Block: blk("b", start+200, 10), epoch: 1}, // b came back above
+		{Block: blk("b", start, 10), epoch: 2},     // b, at the start
+		{Block: blk("b", 220, 10), epoch: 1},       // b came back below: the fault
 	}
 	c := a.check(blocks, ab)
 	if c.blocks != 4 || c.violations != 1 || c.returned != 3 || c.lowest != 220 {
@@ -251,7 +257,7 @@ func TestScheduleWindowsDoNotOverlap(t *testing.T) {
 	galeraWorld.servers.(*galeraServers).nodes = []*testservers.MariaDB{{}, {}, {}}
 	for _, w := range []*world{mysqlWorld, redisWorld, galeraWorld} {
 		fs := w.faults()
-		want := map[string]int{BackendMySQL: 13, BackendRedis: 10, BackendGalera: 9}[w.backend]
+		want := map[string]int{BackendMySQL: 15, BackendRedis: 12, BackendGalera: 9}[w.backend]
 		if len(fs) != want {
 			t.Errorf("%s: %d faults, want %d", w.backend, len(fs), want)
 		}
@@ -340,5 +346,107 @@ func TestStallsLeaveOutagesApart(t *testing.T) {
 	// A stall between faults names the fault that had ended last, and how long before.
 	if want := kill + ", over 1.5 s before the call began"; f.LongestStallAfter != want {
 		t.Fatalf("after %q, want %q", f.LongestStallAfter, want)
+	}
+}
+
+// TestCeilingCheck: each block is held to the ceiling in force when its lease began — a lowering is in
+// force once the update returned, so a lease that began before may still reach the ceiling before —
+// and every ID above it counts, drawn or not.
+func TestCeilingCheck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	cs := ceilings{{maxID: 1_000_000, since: at(0)}, {maxID: 500, since: at(10)}}
+	for _, c := range []struct {
+		t    time.Time
+		want int64
+	}{{at(-1), 1_000_000}, {at(0), 1_000_000}, {at(9), 1_000_000}, {at(10), 500}, {at(60), 500}} {
+		if got := cs.at(c.t); got != c.want {
+			t.Errorf("ceiling at %v: %d, want %d", c.t.Sub(t0), got, c.want)
+		}
+	}
+	ceil := func(server string, start, size int64, began time.Time) recorded {
+		b := blk(server, start, size)
+		b.Namespace = CeilingNamespace
+		return recorded{Block: b, began: began}
+	}
+	cases := []struct {
+		name                  string
+		blocks                []recorded
+		above, after, highest int64
+	}{
+		{"every block below its ceiling", []recorded{
+			ceil("a", 1, 100, at(1)),   // 1…199
+			ceil("a", 601, 10, at(9)),  // above 500, but leased before the lowering was in force
+			ceil("b", 402, 50, at(11)), // 402…500
+			ceil("a", 499, 1, at(12)),  // the ceiling's last odd ID
+		}, 0, 2, 500},
+		{"a block across the ceiling", []recorded{
+			ceil("b", 402, 60, at(11)), // 402…520: 502…520 above, 10 IDs
+		}, 10, 1, 520},
+		{"a block wholly above it", []recorded{
+			ceil("a", 501, 5, at(10)), // 501…509
+			ceil("b", 2, 5, at(20)),
+		}, 5, 2, 509},
+		{"above the first ceiling", []recorded{
+			ceil("a", 999_999, 3, at(5)), // 999999, 1000001, 1000003
+		}, 2, 0, 0},
+		{"empty blocks count nothing", []recorded{ceil("a", 901, 0, at(30))}, 0, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := cs.check(c.blocks)
+			if got.above != c.above || got.after != c.after || got.highest != c.highest {
+				t.Fatalf("%+v, want %d IDs above, %d blocks after the lowering, the highest %d", got, c.above, c.after, c.highest)
+			}
+		})
+	}
+	// Before any lowering, nothing is "after" it.
+	if got := cs[:1].check([]recorded{ceil("a", 1, 10, at(30))}); got.after != 0 || got.above != 0 {
+		t.Fatalf("%+v with a single ceiling", got)
+	}
+}
+
+// TestIssueCheckKeepsNamespacesApart: the two namespaces are spaces of IDs of their own — an ID drawn
+// from each is no duplicate, a block of one does not hold the other's IDs, and the start advances and
+// the ceilings hold each namespace's blocks only — and the figures the ceiling fault needs are noted.
+func TestIssueCheckKeepsNamespacesApart(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	inCeiling := func(b allocator.Block, began time.Time) recorded {
+		b.Namespace = CeilingNamespace
+		return recorded{Block: b, began: began}
+	}
+	is := issue{
+		blocks: []recorded{
+			{Block: blk("a", 1, 100), began: t0},                   // 1…199 of the run's namespace
+			{Block: blk("b", 2, 100), began: t0},                   // 2…200
+			{Block: blk("a", 2001, 10), epoch: 1, began: t0},       // above the advanced start
+			inCeiling(blk("a", 1, 10), t0),                         // 1…19 of the ceiling namespace
+			inCeiling(blk("b", 2, 30), t0.Add(2*time.Second)),      // 2…60: 42…60 above the ceiling 40
+			inCeiling(blk("a", 21, 10), t0.Add(-time.Millisecond)), // 21…39, before the lowering
+		},
+		advances:  []advance{{fault: "advance", epoch: 1, start: 2000, returned: 0}},
+		ceilings:  ceilings{{maxID: ceilingMaxID, since: t0.Add(-time.Hour)}, {maxID: 40, since: t0}},
+		exhausted: 9,
+	}
+	faults := []FaultResult{{Name: "advance", Expect: ExpectStart}, {Name: "lowered", Expect: ExpectCeiling}}
+	drawn := map[string][]int64{Namespace: {3, 1, 2, 2001}, CeilingNamespace: {1, 2, 3, 60}}
+	var f Figures
+	is.check(&f, faults, drawn, pairLayout, ab)
+	if f.IDs != 8 || f.Duplicates != 0 || f.ParityViolations != 0 || f.ReissuedIDs != 0 || f.StartViolations != 0 || f.Blocks != 6 {
+		t.Fatalf("%+v: want 8 IDs, and no duplicate, parity or start violation, nor an ID in two blocks", f)
+	}
+	if f.IDsAboveMaxID != 10 { // 42, 44, …, 60
+		t.Fatalf("%d IDs above max_id, want 10", f.IDsAboveMaxID)
+	}
+	if faults[0].Checked != 1 || faults[1].Checked != 2 || !strings.Contains(faults[1].Detail, "the highest ID 60") ||
+		!strings.Contains(faults[1].Detail, "9 calls of its clients answered exhausted") {
+		t.Fatalf("faults %+v", faults)
+	}
+	// An ID drawn twice from one namespace is a duplicate; an ID of a block of the other one is not.
+	drawn = map[string][]int64{Namespace: {3, 3}, CeilingNamespace: {2001}}
+	f = Figures{}
+	is.check(&f, nil, drawn, pairLayout, ab)
+	if f.Duplicates != 1 || f.ParityViolations != 1 {
+		t.Fatalf("%+v: want 1 duplicate, and 1 ID outside its namespace's blocks", f)
 	}
 }

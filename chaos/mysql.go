@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -33,6 +36,9 @@ type mysqlServers struct {
 	// directory was copied while it was stopped. Each is taken by one fault and put back by a later one.
 	dump     []byte
 	coldCopy string
+	// replica is a MariaDB of a's settings and a server_id of its own, which a fault has follow a and
+	// then promotes in a's place.
+	replica *testservers.MariaDB
 }
 
 func openDB(dsn string) (*sql.DB, error) { return sql.Open("mysql", dsn) }
@@ -59,9 +65,27 @@ func (m *mysqlServers) start(ctx context.Context) error {
 		}
 		dir, m.ownDir = d, d
 	}
-	pair, err := testservers.StartPair(ctx, dir)
-	if err != nil {
-		return fmt.Errorf("chaos: starting the MariaDB pair: %w", err)
+	// Server a keeps a binary log its replica can follow (sync_binlog=1, as ticketd requires); each
+	// server has a server_id of its own, which ticketd records with the water marks. The replica is
+	// installed and started meanwhile; it follows a only when the fault that promotes it begins.
+	var replicaErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		m.replica, replicaErr = testservers.StartMariaDB(ctx, testservers.MariaDBOptions{Dir: filepath.Join(dir, "r"), Increment: 2, Offset: 1,
+			ExtraArgs: append(testservers.Binlog(11), "--skip-slave-start")})
+	})
+	pair, err := testservers.StartPairWith(ctx, dir, func(i int) []string {
+		if i == 0 {
+			return testservers.Binlog(1)
+		}
+		return []string{fmt.Sprintf("--server-id=%d", i+1)}
+	})
+	wg.Wait()
+	if err := errors.Join(err, replicaErr); err != nil {
+		if m.replica != nil {
+			_ = m.replica.Kill()
+		}
+		return fmt.Errorf("chaos: starting the MariaDB pair and a's replica: %w", err)
 	}
 	m.owned = pair[:]
 	for _, s := range m.owned {
@@ -79,7 +103,7 @@ func (m *mysqlServers) start(ctx context.Context) error {
 			return err
 		}
 	}
-	m.log.Info("chaos: MariaDB pair up", "a", m.owned[0].Port, "b", m.owned[1].Port)
+	m.log.Info("chaos: MariaDB pair up", "a", m.owned[0].Port, "b", m.owned[1].Port, "a's replica", m.replica.Port)
 	return nil
 }
 
@@ -152,7 +176,7 @@ func (m *mysqlServers) runCmd(cmd string, i int) error {
 }
 
 func (m *mysqlServers) close() {
-	for _, s := range m.owned {
+	for _, s := range append(slices.Clone(m.owned), m.replica) {
 		if s != nil {
 			_ = s.Kill()
 		}
@@ -191,6 +215,9 @@ func (m *mysqlServers) faults(w *world) []fault {
 				if m.dump == nil {
 					return errors.New("no dump of server b was taken")
 				}
+				if err := w.issuedPast(ctx, 1); err != nil {
+					return err
+				}
 				cmd := b.Client(ctx, "mariadb")
 				cmd.Stdin = bytes.NewReader(m.dump)
 				if out, err := cmd.CombinedOutput(); err != nil {
@@ -213,10 +240,14 @@ func (m *mysqlServers) faults(w *world) []fault {
 			},
 			revert: func(ctx context.Context, _ *FaultResult) error { return w.servers.restart(ctx, 0) }}),
 		at(slotSettings, m.incrementChanged(w)),
+		at(slotPromote, w.replicaPromoted(m)),
 		at(slotRestoreCold, fault{name: "server a restored from the copy of its data directory and restarted", expect: ExpectFenced,
 			apply: func(ctx context.Context, _ *FaultResult) error {
 				if m.coldCopy == "" {
 					return errors.New("no copy of server a's data directory was taken")
+				}
+				if err := w.issuedPast(ctx, 0); err != nil {
+					return err
 				}
 				if err := a.Stop(); err != nil {
 					return err
@@ -294,4 +325,35 @@ func exitDetail(err error) error {
 		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
 	}
 	return err
+}
+
+// follow has a's replica replicate a from the beginning of a's binary log (a may have been restored
+// from a copy since it started: the replica begins after that, from what a holds now), and waits until
+// it has caught up.
+func (m *mysqlServers) follow(ctx context.Context) error {
+	if err := m.replica.Follow(ctx, m.owned[0]); err != nil {
+		return err
+	}
+	return m.replica.CaughtUp(ctx, m.owned[0])
+}
+
+func (m *mysqlServers) freeze(ctx context.Context) error {
+	if err := m.replica.CaughtUp(ctx, m.owned[0]); err != nil {
+		return err
+	}
+	return m.replica.StopFollowing(ctx)
+}
+
+// promote kills a and makes its replica a server of its own (no longer a replica of anything), server
+// a from now on.
+func (m *mysqlServers) promote(ctx context.Context) (string, error) {
+	if err := m.owned[0].Kill(); err != nil {
+		return "", err
+	}
+	if err := m.replica.Detach(ctx); err != nil {
+		return "", err
+	}
+	m.owned[0], m.replica = m.replica, m.owned[0]
+	m.dsns[0] = m.owned[0].DSN("ticketd")
+	return fmt.Sprintf("127.0.0.1:%d", m.owned[0].Port), nil
 }

@@ -14,12 +14,14 @@ import (
 	"github.com/ticketd/ticketd/internal/testservers"
 )
 
-// redisServers is two throwaway Redis instances (append-only file, fsync always) the run owns.
+// redisServers is two throwaway Redis instances (append-only file, fsync always) the run owns, and a
+// third that a fault has replicate a (REPLICAOF) and then promotes in a's place.
 type redisServers struct {
-	cfg    Config
-	log    *slog.Logger
-	inst   [2]*testservers.Redis
-	ownDir string
+	cfg     Config
+	log     *slog.Logger
+	inst    [2]*testservers.Redis
+	replica *testservers.Redis
+	ownDir  string
 }
 
 func (s *redisServers) start(ctx context.Context) error {
@@ -38,7 +40,12 @@ func (s *redisServers) start(ctx context.Context) error {
 		}
 		s.inst[i] = r
 	}
-	s.log.Info("chaos: Redis instances up", "a", s.inst[0].Port, "b", s.inst[1].Port)
+	r, err := testservers.StartRedis(ctx, testservers.RedisOptions{Dir: filepath.Join(dir, "redis-r")})
+	if err != nil {
+		return fmt.Errorf("chaos: starting a's replica: %w", err)
+	}
+	s.replica = r
+	s.log.Info("chaos: Redis instances up", "a", s.inst[0].Port, "b", s.inst[1].Port, "a's replica", s.replica.Port)
 	return nil
 }
 
@@ -60,7 +67,7 @@ func (s *redisServers) restart(ctx context.Context, i int) error { return s.inst
 func (s *redisServers) canKill() bool                            { return true }
 
 func (s *redisServers) close() {
-	for _, r := range s.inst {
+	for _, r := range []*testservers.Redis{s.inst[0], s.inst[1], s.replica} {
 		if r != nil {
 			_ = r.Kill()
 		}
@@ -70,8 +77,8 @@ func (s *redisServers) close() {
 	}
 }
 
-// faults: an instance that lost its data, and a replica restarted with the instances listed in the
-// other order.
+// faults: an instance that lost its data, a replica restarted with the instances listed in the other
+// order, and a's replica promoted in its place.
 func (s *redisServers) faults(w *world) []fault {
 	wiped := fault{name: "Redis b's data lost (killed, its append-only files deleted, started empty)", expect: ExpectFenced,
 		apply: func(ctx context.Context, _ *FaultResult) error {
@@ -88,6 +95,7 @@ func (s *redisServers) faults(w *world) []fault {
 		revert: func(ctx context.Context, res *FaultResult) error { return w.repairFenced(ctx, 1, res) }}
 	return []fault{
 		at(slotSettings, wiped),
+		at(slotPromote, w.replicaPromoted(s)),
 		at(slotRestoreCold, fault{name: "replica 2 restarted with the Redis instances in the other order while Redis a is down", expect: ExpectRefused,
 			apply: func(ctx context.Context, res *FaultResult) error {
 				if err := s.inst[0].Kill(); err != nil {
@@ -119,4 +127,29 @@ func (s *redisServers) faults(w *world) []fault {
 				return w.startReplica(ctx, 1, []int{0, 1})
 			}}),
 	}
+}
+
+// follow has a's replica replicate a (a full copy, then the stream) and waits until it has caught up.
+func (s *redisServers) follow(ctx context.Context) error {
+	if err := s.replica.Follow(ctx, s.inst[0]); err != nil {
+		return err
+	}
+	return s.replica.CaughtUp(ctx, s.inst[0])
+}
+
+// freeze catches up, then has the replica stop following a (REPLICAOF NO ONE).
+func (s *redisServers) freeze(ctx context.Context) error {
+	if err := s.replica.CaughtUp(ctx, s.inst[0]); err != nil {
+		return err
+	}
+	return s.replica.Detach(ctx)
+}
+
+// promote kills a; its replica, no longer following anything, is instance a from now on.
+func (s *redisServers) promote(context.Context) (string, error) {
+	if err := s.inst[0].Kill(); err != nil {
+		return "", err
+	}
+	s.inst[0], s.replica = s.replica, s.inst[0]
+	return s.inst[0].Addr(), nil
 }

@@ -87,7 +87,8 @@ type world struct {
 	// start advance); advances are the start advances.
 	resets    map[int][]int64
 	advances  []advance
-	clients   []*drawer
+	ceilings  ceilings  // the ceiling namespace's, in the order they came in force
+	clients   []*drawer // the run's namespace's clients, then the ceiling namespace's
 	faultsRun []FaultResult
 }
 
@@ -133,6 +134,17 @@ func (w *world) prepare(ctx context.Context) error {
 	if _, err := w.replica(0).backend.CreateNamespace(ctx, allocator.Namespace{Name: Namespace, BlockSize: 100, MaxBlockSize: 2000}); err != nil && !errors.Is(err, allocator.ErrExists) {
 		return err
 	}
+	// The ceiling namespace starts each run at its first ceiling: a run on servers given to it finds
+	// the one an earlier run lowered, and raises it back.
+	b := w.replica(0).backend
+	_, err := b.CreateNamespace(ctx, ceilingSettings(ceilingMaxID))
+	if errors.Is(err, allocator.ErrExists) {
+		_, err = b.UpdateNamespace(ctx, ceilingSettings(ceilingMaxID))
+	}
+	if err != nil {
+		return fmt.Errorf("chaos: %s: %w", CeilingNamespace, err)
+	}
+	w.lowered(ceilingMaxID, time.Now())
 	before, err := w.counters(ctx)
 	if err != nil {
 		return err
@@ -141,12 +153,20 @@ func (w *world) prepare(ctx context.Context) error {
 	return nil
 }
 
+// ceilingClients is how many clients draw from the ceiling namespace beside the cfg.Clients of the
+// run's own.
+func (c Config) ceilingClients() int { return max(1, c.Clients/ceilingClientsPer) }
+
 // run draws IDs with the clients while the schedule runs, until ctx ends.
 func (w *world) run(ctx context.Context) error {
 	urls := []string{w.ports[0].url(), w.ports[1].url()}
-	clients := make([]*drawer, w.cfg.Clients)
+	clients := make([]*drawer, w.cfg.Clients+w.cfg.ceilingClients())
 	for i := range clients {
-		c, err := client.New(client.HTTP(urls...), Namespace, client.WithToken(adminToken),
+		ns := Namespace
+		if i >= w.cfg.Clients {
+			ns = CeilingNamespace
+		}
+		c, err := client.New(client.HTTP(urls...), ns, client.WithToken(adminToken),
 			client.WithRequestTimeout(2*time.Second), client.WithMaxWait(15*time.Second),
 			client.WithBackoff(20*time.Millisecond, time.Second))
 		if err != nil {
@@ -155,14 +175,18 @@ func (w *world) run(ctx context.Context) error {
 			}
 			return err
 		}
-		clients[i] = &drawer{c: c, degraded: &w.degraded, stage: &w.stage, lastOver: &w.lastOver}
+		clients[i] = &drawer{c: c, namespace: ns, degraded: &w.degraded, stage: &w.stage, lastOver: &w.lastOver}
 	}
 	w.mu.Lock()
 	w.clients = clients
 	w.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, d := range clients {
-		wg.Go(func() { d.draw(ctx, w.cfg.Rate/float64(w.cfg.Clients)) })
+		rate := w.cfg.Rate / float64(w.cfg.Clients)
+		if d.namespace == CeilingNamespace {
+			rate = w.cfg.Rate * ceilingShare / float64(w.cfg.ceilingClients())
+		}
+		wg.Go(func() { d.draw(ctx, rate) })
 	}
 	faults := w.schedule(ctx)
 	wg.Wait()
@@ -352,17 +376,19 @@ func (a *attempts) ObserveLease(_ string, _ time.Duration, err error) {
 
 func (a *attempts) ObserveFailover(string) { a.failovers.Add(1) }
 
-// drawer is one SDK client drawing at a steady rate.
+// drawer is one SDK client drawing from a namespace at a steady rate.
 type drawer struct {
-	c        *client.Client
-	degraded *atomic.Bool
-	stage    *atomic.Pointer[string] // the world's: the fault active, nil between faults
-	lastOver *atomic.Pointer[faultEnd]
-	count    atomic.Int64
+	c         *client.Client
+	namespace string
+	degraded  *atomic.Bool
+	stage     *atomic.Pointer[string] // the world's: the fault active, nil between faults
+	lastOver  *atomic.Pointer[faultEnd]
+	count     atomic.Int64
 
 	ids                      []int64
 	degradedCalls, degradeOK int64
 	errors                   int64
+	exhausted                int64                     // calls of the ceiling namespace that found it exhausted
 	longestBetween           time.Duration             // the longest call that began between faults
 	longestBetweenBegan      time.Time                 // when it began
 	longestBetweenAfter      *faultEnd                 // the fault that had ended last then (nil: none yet)
@@ -413,6 +439,13 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 			if calls == 1 { // the first call waits for the client's first block: start-up
 				start, made, due = time.Now(), 0, 1
 			}
+			if err != nil && d.namespace == CeilingNamespace && errors.Is(err, allocator.ErrExhausted) {
+				// The answer a namespace drawn up to its ceiling must give: no ID is awaited, so the
+				// call is neither a stall nor a failure (the SDK asks every ticketd before it gives
+				// this answer, and waits for one that is down).
+				d.exhausted++
+				continue
+			}
 			if calls > 1 {
 				if stage == nil && took > d.longestBetween {
 					d.longestBetween, d.longestBetweenBegan, d.longestBetweenAfter = took, begin, d.lastOver.Load()
@@ -440,10 +473,11 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 	}
 }
 
-// recorded is a block a ticket server issued, and the epoch its lease began in (see advance).
+// recorded is a block a ticket server issued, and the epoch (see advance) and time its lease began in.
 type recorded struct {
 	allocator.Block
 	epoch int64
+	began time.Time
 }
 
 // recorder wraps each replica's backend and records every block the ticket servers issue, so that every
@@ -456,11 +490,11 @@ type recorder struct {
 }
 
 func (r *recorder) lease(lease func() (allocator.Block, error)) (allocator.Block, error) {
-	epoch := r.epoch.Load()
+	epoch, began := r.epoch.Load(), time.Now()
 	b, err := lease()
 	if err == nil {
 		r.mu.Lock()
-		r.all = append(r.all, recorded{Block: b, epoch: epoch})
+		r.all = append(r.all, recorded{Block: b, epoch: epoch, began: began})
 		r.mu.Unlock()
 	}
 	return b, err
@@ -472,13 +506,15 @@ func (r *recorder) blocks() []recorded {
 	return append([]recorded(nil), r.all...)
 }
 
-// highest is the highest ID of any block recorded.
+// highest is the highest ID of any block recorded from the run's namespace.
 func (r *recorder) highest() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var h int64
 	for _, b := range r.all {
-		h = max(h, lastOf(b.Block))
+		if b.Namespace == Namespace {
+			h = max(h, lastOf(b.Block))
+		}
 	}
 	return h
 }

@@ -29,6 +29,8 @@ type refill struct {
 	route     route
 	open      int  // requests not yet answered
 	settled   bool // the first block, or the last failure, has been taken
+	hedged    bool // a hedge was sent
+	hedgeErrs int  // hedges that failed while the first request waited
 	stopHedge func() bool
 }
 
@@ -85,21 +87,38 @@ func (c *Client) armHedgeLocked(r *refill) {
 }
 
 // hedgeRefill runs once r's hedge delay has passed: unless r is settled, it counts a slow refill and,
-// when the source has another URL, sends the hedge.
+// when the source has another URL, sends the hedge. It runs again after a hedge that failed (see
+// rehedgeLocked), and sends the hedge again.
 func (c *Client) hedgeRefill(r *refill) {
 	c.lockForRefill()
 	defer c.mu.Unlock()
 	if r.settled || c.life.closed {
 		return
 	}
-	c.hedge.slow++
-	if c.hedge.paths < 2 {
-		return // nowhere else to ask: the refill is only counted
+	if !r.hedged {
+		c.hedge.slow++
+		if c.hedge.paths < 2 {
+			return // nowhere else to ask: the refill is only counted
+		}
+		c.hedge.sent++
+		r.hedged = true
 	}
-	c.hedge.sent++
 	r.open++
 	c.life.wg.Add(1)
 	go c.request(r, true)
+}
+
+// rehedgeLocked sends r's hedge again, after a backoff, once it failed while the first request still
+// waits: at the end of an outage the other URLs may answer again a moment later, while the URL the
+// first request waits on hangs, and the refill would wait for it to the request timeout. The backoff
+// is WithBackoff's, counted over the refill's failed hedges, and at least the hedge delay.
+func (c *Client) rehedgeLocked(r *refill) {
+	if r.settled || c.life.closed {
+		return
+	}
+	r.hedgeErrs++
+	wait := max(c.hedge.delay, c.backoffFor(r.hedgeErrs))
+	r.stopHedge = c.cfg.clock.AfterFunc(wait, func() { c.hedgeRefill(r) })
 }
 
 // settleLocked reports whether the answer of one of r's requests settles r: a block, or the failure of

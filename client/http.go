@@ -143,15 +143,16 @@ var errSettled = errors.New("client: the refill was settled by its other request
 
 func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool) (allocator.Block, error) {
 	order := h.order(hedge)
-	first := r.first.Load()
-	if i := slices.Index(order, first); hedge && i >= 0 {
-		order = append(append(order[:i:i], order[i+1:]...), first) // the first request's URL last
-	}
 	var errs []error
 	var exhausted error
 	for _, ep := range order {
 		if r.settled.Load() {
 			return allocator.Block{}, errSettled
+		}
+		if hedge && ep == r.first.Load() {
+			// The first request waits there: a hedge that failed over to it would only wait with it
+			// (see Client.rehedgeLocked for what comes after a hedge that failed).
+			continue
 		}
 		if !hedge {
 			r.first.Store(ep)
@@ -159,7 +160,7 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 		blk, err := h.leaseFrom(ctx, ep, size)
 		if err == nil {
 			ep.up()
-			if hedge && first != nil && first != ep && !r.settled.Load() {
+			if first := r.first.Load(); hedge && first != nil && first != ep && !r.settled.Load() {
 				// The hedge answered while the first request still waits: skip that URL for a while, as
 				// after a failure, rather than send every other refill there to wait for a hedge too.
 				err := fmt.Errorf("%s: no answer before a hedge to %s answered", first.base, ep.base)
@@ -185,6 +186,12 @@ func (h *httpLeaser) lease(ctx context.Context, size int64, r *route, hedge bool
 	}
 	if exhausted != nil {
 		return allocator.Block{}, exhausted
+	}
+	if hedge {
+		if len(errs) == 0 {
+			return allocator.Block{}, fmt.Errorf("%w: no ticketd URL to hedge to: the first request waits on the others", allocator.ErrUnavailable)
+		}
+		return allocator.Block{}, fmt.Errorf("%w: every other ticketd URL failed: %w", allocator.ErrUnavailable, errors.Join(errs...))
 	}
 	return allocator.Block{}, fmt.Errorf("%w: every ticketd URL failed: %w", allocator.ErrUnavailable, errors.Join(errs...))
 }

@@ -68,8 +68,11 @@ func (c *Client) request(r *refill, hedge bool) {
 		c.hedge.noteFailure(now)
 	}
 	if !c.settleLocked(r, hedge, err) {
-		if err == nil && r.settled {
+		switch {
+		case err == nil && r.settled:
 			c.spareLocked(blk, useBy, now)
+		case err != nil && hedge:
+			c.rehedgeLocked(r)
 		}
 		return
 	}
@@ -191,7 +194,10 @@ func overlaps(a, b allocator.Block) bool {
 
 // backoffLocked is the wait after the current run of failures: exponential, jittered to between half
 // and all of it.
-func (c *Client) backoffLocked() time.Duration { return c.cfg.retryPolicy().Wait(c.retrying.failures) }
+func (c *Client) backoffLocked() time.Duration { return c.backoffFor(c.retrying.failures) }
+
+// backoffFor is the wait after n failures in a row (see WithBackoff).
+func (c *Client) backoffFor(n int) time.Duration { return c.cfg.retryPolicy().Wait(n) }
 
 // permanent reports whether waiting will not cure a refill error, so waiting callers get it at once.
 // The refill is still retried with backoff: a namespace can be created, a token fixed.

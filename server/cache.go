@@ -50,10 +50,11 @@ type CacheConfig struct {
 	// latency needs, up to MaxAhead, with as many leases in flight. Default 8.
 	MaxAhead int
 	// HedgeDelay is how long a segment lease waits for its ticket server before a second lease goes to
-	// another healthy server (a hedge), when the backend can choose (PreferLeaser); the first segment to
-	// arrive is served first, the other next. The segments kept ahead cover the delay too. Default: the
-	// 95th percentile of the latencies of recent segment leases, at least 20ms (250ms before the
-	// first); at most half of FetchTimeout. Negative: never hedge.
+	// another healthy server (a hedge), when the backend can choose (PreferLeaser); while no server is
+	// known healthy, as at the end of an outage, to another server that is not fenced. The first
+	// segment to arrive is served first, the other next. The segments kept ahead cover the delay too.
+	// Default: the 95th percentile of the latencies of recent segment leases, at least 20ms (250ms
+	// before the first); at most half of FetchTimeout. Negative: never hedge.
 	HedgeDelay time.Duration
 }
 
@@ -653,7 +654,8 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 }
 
 // armHedgeLocked starts the hedge timer of a segment lease that asks a server first: once the hedge
-// delay has passed without an answer, a second lease of the same size goes to another healthy server.
+// delay has passed without an answer, a second lease of the same size goes to another server, chosen
+// as preferFor chooses: a healthy one, or while none is, one that is not fenced.
 func (sp *space) armHedgeLocked(call *fetchCall, reqID string) {
 	c := sp.c
 	if !c.hedging() || call.prefer == "" {
@@ -664,7 +666,7 @@ func (sp *space) armHedgeLocked(call *fetchCall, reqID string) {
 		defer sp.mu.Unlock()
 		other := c.preferFor(call.prefer)
 		if call.finished || other == "" || other == call.prefer {
-			return // answered, or no other healthy server to ask
+			return // answered, or no other server to ask
 		}
 		h := &fetchCall{done: make(chan struct{}), segment: true, prefer: other, size: call.size, partner: call, hedge: true}
 		if _, err := sp.launchLocked(h, reqID); err != nil {
@@ -751,23 +753,37 @@ func (sp *space) nextSizeLocked(st allocator.Namespace) int64 {
 	return size
 }
 
-// preferFor chooses the ticket server for the next segment: another healthy server than the last
-// segment's, else the last one if it is healthy, else whichever the backend picks.
+// preferFor chooses the ticket server for the next lease, or for the hedge of a lease that asked last
+// first: another healthy server than last, else last if it is healthy. While no server is known
+// healthy (at the end of an outage, before a lease or a check brings one back), another server than
+// last that is not fenced, else last if it is not: such a lease is hedged like any other, since the
+// server it asks first may be slow to come back. Empty when the backend reports no health, or every
+// server is fenced.
 func (c *segmentCache) preferFor(last string) string {
 	if c.health == nil {
 		return ""
 	}
-	lastHealthy := false
-	for _, h := range c.health.Health() {
+	servers := c.health.Health()
+	if p := pickOther(servers, last, func(h allocator.ServerHealth) bool { return h.Healthy }); p != "" {
+		return p
+	}
+	return pickOther(servers, last, func(h allocator.ServerHealth) bool { return !h.Fenced })
+}
+
+// pickOther returns the first server that ok accepts other than last, else last if ok accepts it,
+// else "".
+func pickOther(servers []allocator.ServerHealth, last string, ok func(allocator.ServerHealth) bool) string {
+	lastOK := false
+	for _, h := range servers {
 		switch {
-		case !h.Healthy:
+		case !ok(h):
 		case h.Name != last:
 			return h.Name
 		default:
-			lastHealthy = true
+			lastOK = true
 		}
 	}
-	if lastHealthy {
+	if lastOK {
 		return last
 	}
 	return ""

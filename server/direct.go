@@ -20,16 +20,16 @@ type directAnswer struct {
 
 // leaseDirect leases a block too big for the segments from the backend. Like a segment lease it is
 // hedged: when the backend can choose a server and no answer has come within the hedge delay, a second
-// lease of the same size goes to another healthy server, and the first block to arrive is used. The
-// other, if it comes, is never handed out: a gap. The leases run on the cache's context, so that one
-// that waits for a server that hangs ends at the backend's attempt timeout and takes that server out of
-// rotation, whatever became of the request.
+// lease of the same size goes to another server (see preferFor: also while none is known healthy), and
+// the first block to arrive is used. The other, if it comes, is never handed out: a gap. The leases
+// run on the cache's context, so that one that waits for a server that hangs ends at the backend's
+// attempt timeout and takes that server out of rotation, whatever became of the request.
 func (c *segmentCache) leaseDirect(ctx context.Context, sp *space, size int64) (allocator.Block, error) {
 	if !c.hedging() {
 		return c.backend.Lease(ctx, sp.name, size)
 	}
 	sp.mu.Lock()
-	first := c.preferFor(sp.lastDirect) // the servers in turn while both are healthy
+	first := c.preferFor(sp.lastDirect) // the servers in turn
 	delay := sp.hedgeDelayLocked()
 	sp.mu.Unlock()
 	if first == "" {
@@ -71,7 +71,7 @@ func (c *segmentCache) leaseDirect(ctx context.Context, sp *space, size int64) (
 			other := c.preferFor(first)
 			sp.mu.Unlock()
 			if other == "" || other == first {
-				continue // no other healthy server to ask
+				continue // no other server to ask
 			}
 			if err := c.sendDirect(sp, size, other, true, answers); err != nil {
 				continue

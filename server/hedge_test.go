@@ -27,29 +27,21 @@ import (
 // namespace ns. hang(i) makes server i's proxy take connections and requests and answer nothing.
 func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Store, hang func(i int)) {
 	t.Helper()
-	dsns := testenv.Pair(t)
 	toxi := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	proxies := make([]*toxiproxy.Proxy, len(dsns))
-	for i, dsn := range dsns {
-		if _, err := mysql.MigrateDSN(context.Background(), dsn); err != nil {
-			t.Fatal(err)
-		}
-		mc, err := gomysql.ParseDSN(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
+	var proxies []*toxiproxy.Proxy
+	dsns := pairBehind(t, func(i int, addr string) string {
 		port, err := testservers.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		proxies[i] = toxiproxy.NewProxy(toxi, fmt.Sprintf("server-%d", i), fmt.Sprintf("127.0.0.1:%d", port), mc.Addr)
-		if err := proxies[i].Start(); err != nil {
+		proxy := toxiproxy.NewProxy(toxi, fmt.Sprintf("server-%d", i), fmt.Sprintf("127.0.0.1:%d", port), addr)
+		if err := proxy.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(proxies[i].Stop)
-		mc.Addr = proxies[i].Listen
-		dsns[i] = mc.FormatDSN()
-	}
+		t.Cleanup(proxy.Stop)
+		proxies = append(proxies, proxy)
+		return proxy.Listen
+	})
 	p, err := mysql.Open(context.Background(), mysql.Config{DSNs: dsns, Names: []string{"a", "b"}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +56,25 @@ func proxiedPair(t *testing.T, ns allocator.Namespace) (p *mysql.Store, hang fun
 			t.Fatal(err)
 		}
 	}
+}
+
+// pairBehind creates a fresh database on each server of the harness's pair, with ticketd's schema, and
+// returns DSNs that reach server i at the address front(i, addr) returns for its own address.
+func pairBehind(t *testing.T, front func(i int, addr string) string) []string {
+	t.Helper()
+	dsns := testenv.Pair(t)
+	for i, dsn := range dsns {
+		if _, err := mysql.MigrateDSN(context.Background(), dsn); err != nil {
+			t.Fatal(err)
+		}
+		mc, err := gomysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc.Addr = front(i, mc.Addr)
+		dsns[i] = mc.FormatDSN()
+	}
+	return dsns
 }
 
 // hangCase is one run of a hang test: the cache's HedgeDelay (0: derived, negative: never) and the

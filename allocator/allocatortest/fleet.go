@@ -83,6 +83,9 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("CeilingLoweredWhileAServerLeasesPastIt", func(t *testing.T) {
 		runCeilingLoweredUnderALease(t, newFleet(t))
 	})
+	t.Run("CeilingLoweredWithAServerCutOff", func(t *testing.T) {
+		runCeilingCutOffBefore(t, newFleet(t))
+	})
 	t.Run("CeilingLoweredWhileTheWayToAServerBreaks", func(t *testing.T) {
 		runCeilingCutOff(t, newFleet(t), false)
 	})
@@ -224,6 +227,31 @@ func runCeilingCutOff(t *testing.T, f Fleet, stuck bool) {
 			}
 		}
 	}
+	r.disjoint()
+}
+
+// runCeilingCutOffBefore: an admin process whose way to B is already broken lowers max_id. The update
+// must fail as unavailable, name B (so that the operator knows what to bring back before running it
+// again), and change nothing on any server.
+func runCeilingCutOffBefore(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	b := f.Name(1)
+	serving := r.serving(f, ProcessOptions{})
+	n := max(Highest(r.blocks, f.Name(0)), Highest(r.blocks, b)) + 2000
+	admin := f.Process(t, ProcessOptions{Proxied: true})
+	t.Cleanup(func() { _ = admin.Close() })
+	admin.Cut(t, 1)
+	_, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: n})
+	if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), b) {
+		t.Fatalf("lowering max_id to %d with the way to %s cut: %v; want ErrUnavailable naming %s", n, b, err, b)
+	}
+	t.Logf("refused as it should be: %v", err)
+	for i, p := range []allocator.Backend{serving, r.open(f)} {
+		if got := maxIDOf(t, p, "orders"); got != allocator.DefaultMaxID {
+			t.Fatalf("process %d reads max_id %d after the lowering failed; want it left at %d", i+1, got, int64(allocator.DefaultMaxID))
+		}
+	}
+	r.leaseFrom(serving, b, 2)
 	r.disjoint()
 }
 

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -181,42 +180,19 @@ func (f *fleet) Replicate(ctx context.Context, i int) (allocatortest.Replica, er
 	src := f.pair[i].Options()
 	m := testenv.PrivateMariaDB(f.t, testservers.MariaDBOptions{Increment: src.Increment, Offset: src.Offset,
 		ExtraArgs: append(testservers.Binlog(10+i), "--skip-slave-start")})
-	testenv.Exec(f.t, m.DSN(""), fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER='root', MASTER_USE_GTID=slave_pos", f.pair[i].Port),
-		"START SLAVE")
+	if err := m.Follow(ctx, f.pair[i]); err != nil {
+		return nil, err
+	}
 	r := &replica{f: f, i: i, m: m}
-	return r, r.catchUp(ctx)
-}
-
-// catchUp waits until the replica has applied everything its source logged.
-func (r *replica) catchUp(ctx context.Context) error {
-	src, err := sql.Open("mysql", r.f.pair[r.i].DSN(""))
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	var pos string
-	if err := src.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_pos").Scan(&pos); err != nil {
-		return err
-	}
-	db, err := sql.Open("mysql", r.m.DSN(""))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	var waited int
-	if err := db.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, 30)", pos).Scan(&waited); err != nil || waited != 0 {
-		return fmt.Errorf("the replica did not catch up with %s within 30s: %d, %v", pos, waited, err)
-	}
-	return nil
+	return r, m.CaughtUp(ctx, f.pair[i])
 }
 
 // Freeze catches up, then stops replication: the replica lags from here on.
 func (r *replica) Freeze(ctx context.Context) error {
-	if err := r.catchUp(ctx); err != nil {
+	if err := r.m.CaughtUp(ctx, r.f.pair[r.i]); err != nil {
 		return err
 	}
-	testenv.Exec(r.f.t, r.m.DSN(""), "STOP SLAVE")
-	return nil
+	return r.m.StopFollowing(ctx)
 }
 
 // Promote kills the server and starts the replica on its port, no longer a replica of anything.
@@ -235,7 +211,9 @@ func (r *replica) Promote(ctx context.Context) error {
 		return err
 	}
 	r.f.t.Cleanup(func() { _ = m.Kill() })
-	testenv.Exec(r.f.t, m.DSN(""), "RESET SLAVE ALL")
+	if err := m.Detach(ctx); err != nil {
+		return err
+	}
 	r.f.pair[r.i], r.m = m, m
 	return nil
 }

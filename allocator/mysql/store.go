@@ -412,7 +412,8 @@ func (p *Store) checkCeiling(ctx context.Context, namespace string) error {
 		err := s.ctl.QueryRowContext(ctx, "SELECT COUNT(*), MAX(updated_us) FROM ticketd_lease_rates WHERE namespace = ? AND updated_us > ?",
 			namespace, since).Scan(&n, &last)
 		if err != nil {
-			return fmt.Errorf("%s: looking for processes of an older release: %w", s.Name(), err)
+			return fmt.Errorf("%w: setting a ceiling on %q needs every ticket server in rotation to answer, to see whether a ticketd of an older release leases it, and %s did not: %w; run the change again once it answers",
+				allocator.ErrUnavailable, namespace, s.Name(), err)
 		}
 		if n > 0 {
 			seen = append(seen, fmt.Sprintf("%s (last at %s)", s.Name(), time.UnixMicro(last.Int64).UTC().Format(time.RFC3339)))

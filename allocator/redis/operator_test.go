@@ -2,15 +2,11 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -195,55 +191,18 @@ type replica struct {
 // until it holds everything instance i does.
 func (f *fleet) Replicate(ctx context.Context, i int) (allocatortest.Replica, error) {
 	r := testenv.PrivateRedis(f.t, testservers.RedisOptions{})
-	if err := rawClient(f.t, r.Addr()).ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(f.pair[i].Port)).Err(); err != nil {
+	if err := r.Follow(ctx, f.pair[i]); err != nil {
 		return nil, err
 	}
-	rep := &replica{f: f, i: i, r: r}
-	return rep, rep.catchUp(ctx)
-}
-
-// catchUp waits until the replica's link is up and it has applied all its source's replication
-// stream.
-func (r *replica) catchUp(ctx context.Context) error {
-	src, dst := rawClient(r.f.t, r.f.pair[r.i].Addr()), rawClient(r.f.t, r.r.Addr())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		want, err1 := infoField(ctx, src, "master_repl_offset")
-		got, err2 := infoField(ctx, dst, "slave_repl_offset")
-		link, err3 := infoField(ctx, dst, "master_link_status")
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return err
-		}
-		if link == "up" && want != "" && want == got {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the replica did not catch up within 30s: link %s, offset %s of %s", link, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// infoField reads one field of INFO replication.
-func infoField(ctx context.Context, c *goredis.Client, field string) (string, error) {
-	info, err := c.Info(ctx, "replication").Result()
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return v, nil
-		}
-	}
-	return "", nil
+	return &replica{f: f, i: i, r: r}, r.CaughtUp(ctx, f.pair[i])
 }
 
 // Freeze catches up, then makes the replica stop following its source.
 func (r *replica) Freeze(ctx context.Context) error {
-	if err := r.catchUp(ctx); err != nil {
+	if err := r.r.CaughtUp(ctx, r.f.pair[r.i]); err != nil {
 		return err
 	}
-	return rawClient(r.f.t, r.r.Addr()).ReplicaOf(ctx, "NO", "ONE").Err()
+	return r.r.Detach(ctx)
 }
 
 // Promote kills the instance and starts the replica, on its own append-only files, on the instance's

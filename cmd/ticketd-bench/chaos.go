@@ -21,8 +21,9 @@ func init() {
 	commands["chaos"] = commandInfo{usage: "ticketd-bench chaos [flags]",
 		summary: "Draw IDs through two ticketd replicas of each backend while faults run, and check that none is issued twice. " +
 			"64 SDK clients per backend by default; faults: a server SIGKILLed and restarted, 200 ms latency, replies lost after the lease committed, connection resets (toxiproxy, in-process, loopback), a replica restarted, " +
-			"a namespace's start advanced while a server is down, and what operators do: a dump reloaded into a running MariaDB, a cold copy of a data directory put back, auto_increment_increment changed on running servers, a Redis instance's data lost, a replica given the Redis instances in the other order. " +
-			"Starts throwaway servers unless --mysql is given; its flags have no environment fallback. The last line of output is a JSON summary; the exit status is 1 when any ID was issued twice, broke parity or an advanced start, a restored server was not fenced, a misconfigured one not refused, or too few IDs were drawn.",
+			"a namespace's start advanced while a server is down, and what operators do: a dump reloaded into a running MariaDB, a cold copy of a data directory put back, auto_increment_increment changed on running servers, a Redis instance's data lost, a replica given the Redis instances in the other order, " +
+			"a second namespace's max_id lowered by an admin process cut off from a server (refused) and then with every server in reach, the namespace drawn up to it, and a lagging replica of a server promoted in its place. " +
+			"Starts throwaway servers unless --mysql is given; its flags have no environment fallback. The last line of output is a JSON summary; the exit status is 1 when any ID was issued twice, broke parity or an advanced start, lay above the max_id in force, a restored or replaced server was not fenced, a misconfigured one not refused, a lowering a server could not take was not refused, or too few IDs were drawn.",
 		new: func() command { return &chaosCmd{} }}
 }
 

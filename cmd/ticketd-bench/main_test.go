@@ -43,9 +43,10 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 
 func TestHelpExitsZero(t *testing.T) {
 	for args, want := range map[string][]string{
-		"--help":               {"usage: ticketd-bench [flags] [gen] [btree] [load]", "ticketd-bench chaos --help", "$TICKETD_MYSQL", "-rows int"},
-		"-h":                   {"usage: ticketd-bench [flags]"},
-		"chaos --help":         {"usage: ticketd-bench chaos [flags]", "command line only", "-min-ids number"},
+		"--help": {"usage: ticketd-bench [flags] [gen] [btree] [load]", "ticketd-bench chaos --help", "$TICKETD_MYSQL", "-rows int"},
+		"-h":     {"usage: ticketd-bench [flags]"},
+		"chaos --help": {"usage: ticketd-bench chaos [flags]", "command line only", "-min-ids number",
+			"max_id lowered by an admin process cut off from a server", "replica of a server promoted in its place", "above the max_id in force"},
 		"gen load -h":          {"usage: ticketd-bench [flags]"},
 		"chaos -h gen":         {"usage: ticketd-bench chaos"},
 		"btree --quick --help": {"-quick"},

@@ -42,7 +42,8 @@ func (f *Fence) Report(h *allocator.ServerHealth) {
 	}
 }
 
-// Fence records that server s went back in time for the namespaces named, logs it, runs kick (the
+// Fence records that server s went back in time for the namespaces named, logs it (once while the
+// reason stays the same), runs kick (the
 // backend's guard, which writes this process's marks to the peers at once, so that other processes see
 // them at their next read) when it is not nil, and returns the error that takes s out of rotation.
 func (set *Set[S, R]) Fence(s S, f *Fence, namespaces, details []string, kick func()) error {
@@ -50,9 +51,12 @@ func (set *Set[S, R]) Fence(s S, f *Fence, namespaces, details []string, kick fu
 	sort.Strings(details)
 	err := fmt.Errorf("%w: %s", allocator.ErrFenced, FenceReason(s.Name(), namespaces, details))
 	f.mu.Lock()
+	same := f.why == err.Error()
 	f.namespaces, f.why = namespaces, err.Error()
 	f.mu.Unlock()
-	set.cfg.Logger.Error(set.cfg.Noun+" fenced", "server", s.Name(), "namespaces", namespaces, "err", err)
+	if !same { // every check and lease that meets the fence says so again: log it once
+		set.cfg.Logger.Error(set.cfg.Noun+" fenced", "server", s.Name(), "namespaces", namespaces, "err", err)
+	}
 	if kick != nil {
 		kick()
 	}

@@ -23,6 +23,11 @@ func TestFence(t *testing.T) {
 	if !f.Fenced() || kicked != 1 || !strings.Contains(fx.logs.String(), "ticket server fenced") {
 		t.Fatalf("fenced %v, kicked %d, logs %s", f.Fenced(), kicked, fx.logs.String())
 	}
+	// Met again for the same reason (every check and lease meets it), it is not logged again.
+	if again := fx.set.Fence(s, &f, []string{"orders", "links"}, []string{"b", "a"}, func() { kicked++ }); again.Error() != err.Error() || kicked != 2 ||
+		strings.Count(fx.logs.String(), `msg="ticket server fenced"`) != 1 {
+		t.Fatalf("fenced again: %v, kicked %d, logs %s", again, kicked, fx.logs.String())
+	}
 	h := allocator.ServerHealth{Name: "s1", Healthy: true}
 	f.Report(&h)
 	if !h.Fenced || h.Error != "" {

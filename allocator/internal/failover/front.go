@@ -39,8 +39,8 @@ func (f Front[S, R]) Lease(ctx context.Context, namespace string, size int64) (a
 	return f.LeaseFrom(ctx, namespace, size, "")
 }
 
-// LeaseFrom is Lease with a preferred server (a name from Servers): it is tried first when usable. An
-// empty prefer means round-robin.
+// LeaseFrom is Lease with a preferred server (a name from Servers): it is tried first, also while it is
+// out of rotation (it is then checked again first). An empty prefer means round-robin.
 func (f Front[S, R]) LeaseFrom(ctx context.Context, namespace string, size int64, prefer string) (allocator.Block, error) {
 	return f.set.Lease(ctx, namespace, size, prefer, f.leaseOn)
 }

@@ -24,9 +24,12 @@ type Member struct {
 	downSince time.Time
 }
 
-// NewMember returns the health of a server that has not been checked yet. cfg gives its backoff,
-// clock and logger; Noun, MinBackoff, MaxBackoff, Logger and Now must be set.
-func NewMember(name string, cfg *Config) *Member { return &Member{name: name, cfg: cfg} }
+// NewMember returns the health of a server that has not been checked yet: down since now, until a
+// check puts it in rotation. cfg gives its backoff, clock and logger; Noun, MinBackoff, MaxBackoff,
+// Logger and Now must be set.
+func NewMember(name string, cfg *Config) *Member {
+	return &Member{name: name, cfg: cfg, downSince: cfg.Now()}
+}
 
 // Name is the server's name in blocks, logs and metrics.
 func (m *Member) Name() string { return m.name }

@@ -121,6 +121,22 @@ func TestReviveWith(t *testing.T) {
 	}
 }
 
+// TestReviveOfAServerNeverInRotation: a server whose first check failed (fenced, refused, down when
+// the process started) is logged back in rotation after the time since the process first knew it.
+func TestReviveOfAServerNeverInRotation(t *testing.T) {
+	c := allocatortest.NewClockAt(time.Unix(1000, 0))
+	var logs allocatortest.LogBuffer
+	m := NewMember("c:3", testConfig(c, &logs))
+	m.MarkDown(errors.New("fenced"))
+	c.Advance(2 * time.Second)
+	if err := m.ReviveWith(context.Background(), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); !strings.Contains(out, "ticket server back in rotation") || !strings.Contains(out, "down_for=2s") {
+		t.Fatalf("log %q does not say the server is back after 2s", out)
+	}
+}
+
 func TestFirstAtLeast(t *testing.T) {
 	for _, c := range []struct{ start, step, offset, want int64 }{
 		{1, 2, 1, 1}, {1, 2, 2, 2}, {2, 2, 1, 3}, {1000, 2, 1, 1001}, {1000, 2, 2, 1000},

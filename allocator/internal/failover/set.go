@@ -185,16 +185,17 @@ func (set *Set[S, R]) CloseRecording(record func(context.Context) error, release
 }
 
 // Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
-// gives one: prefer first when it names a server, then round-robin; first every server that is up or
-// due for a retry, then those still in backoff. When every server failed it waits (a backoff that
-// grows from MinBackoff, jittered) and tries them all again, round after round until Timeout: a
-// cluster that stalls writes for a few seconds (a Galera cluster until it evicts a dead node) delays
-// a lease rather than failing it. lease is one attempt on one server, bounded by AttemptTimeout; a
-// server that is down is revived first. An attempt whose outcome is unknown is abandoned, and the next
-// one takes a new range (the lost range is a gap, never issued again). A bad name, or a size below 0
-// or above MaxBlockSizeLimit, is refused before any server is asked; a request that a server refuses
-// (a size above the namespace's maximum, a namespace that does not exist) is not tried again, nor is
-// a server that cannot serve it before an operator acts (exhausted, fenced, misconfigured).
+// gives one: prefer first when it names a server (also while it is in backoff), then round-robin;
+// first every server that is up or due for a retry, then those still in backoff. When every server
+// failed it waits (a backoff that grows from MinBackoff, jittered) and tries them all again, round
+// after round until Timeout: a cluster that stalls writes for a few seconds (a Galera cluster until it
+// evicts a dead node) delays a lease rather than failing it. lease is one attempt on one server,
+// bounded by AttemptTimeout; a server that is down is revived first. An attempt whose outcome is
+// unknown is abandoned, and the next one takes a new range (the lost range is a gap, never issued
+// again). A bad name, or a size below 0 or above MaxBlockSizeLimit, is refused before any server is
+// asked; a request that a server refuses (a size above the namespace's maximum, a namespace that does
+// not exist) is not tried again, nor is a server that cannot serve it before an operator acts
+// (exhausted, fenced, misconfigured).
 func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, prefer string,
 	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
 	if err := allocator.ValidateName(namespace); err != nil {
@@ -224,7 +225,7 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 		return allocator.Block{}, err
 	}
 
-	l := leaseRounds[S, R]{set: set, rec: rec, size: size, lease: lease, last: map[S]error{}, spent: map[S]bool{}}
+	l := leaseRounds[S, R]{set: set, rec: rec, size: size, prefer: prefer, lease: lease, last: map[S]error{}, spent: map[S]bool{}}
 	order := set.Order(prefer)
 	rounds := 0
 	for {
@@ -255,10 +256,11 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 
 // leaseRounds is one Lease's tries: each server's last error, and the servers it no longer tries.
 type leaseRounds[S Server[R], R Record[R]] struct {
-	set   *Set[S, R]
-	rec   R
-	size  int64
-	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)
+	set    *Set[S, R]
+	rec    R
+	size   int64
+	prefer string
+	lease  func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)
 
 	failed    []S         // the servers that failed, in the order of their first failure
 	last      map[S]error // each one's last error
@@ -266,14 +268,17 @@ type leaseRounds[S Server[R], R Record[R]] struct {
 	exhausted int         // how many of those have no ID left for the namespace
 }
 
-// round tries every server not spent once: first those up or due for a retry, then the others. done
-// means the lease ends with the block or the error returned.
+// round tries every server not spent once: first the one preferred and those up or due for a retry,
+// then the others. The server preferred goes first also while it is in backoff: the segment cache
+// prefers a server that is down while none is known up, and hedges the lease to another after a
+// while, and that hedge must not ask the first lease's server first. done means the lease ends with
+// the block or the error returned.
 func (l *leaseRounds[S, R]) round(ctx context.Context, order []S) (allocator.Block, bool, error) {
 	set := l.set
 	tried := map[S]bool{}
 	for pass := 0; pass < 2; pass++ {
 		for _, s := range order {
-			if l.spent[s] || tried[s] || (pass == 0 && !s.Usable() && !s.Due(set.cfg.Now())) {
+			if l.spent[s] || tried[s] || (pass == 0 && s.Name() != l.prefer && !s.Usable() && !s.Due(set.cfg.Now())) {
 				continue
 			}
 			if ctx.Err() != nil {

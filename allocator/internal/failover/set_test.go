@@ -337,6 +337,35 @@ func TestLeaseRetriesEndWithTheCall(t *testing.T) {
 	})
 }
 
+// TestLeasePrefersAServerInBackoff: while no server is up, a lease that prefers one asks it first, even
+// in backoff while another is due: the segment cache prefers one server and hedges to the other at the
+// end of an outage, and the hedge must not meet the first lease's server first.
+func TestLeasePrefersAServerInBackoff(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	ctx := context.Background()
+	if _, err := fx.set.Lease(ctx, "orders", 1, "", issue(nil)); err != nil {
+		t.Fatal(err) // the settings, read while the servers are up
+	}
+	refused := errors.New("connection refused")
+	for i, prefer := range []string{"s2", "s1"} {
+		other := fx.servers[i]
+		for _, s := range fx.servers {
+			s.MarkDown(refused)
+		}
+		fx.clock.Advance(2 * time.Second) // past the longest backoff: both due
+		fx.servers[i^1].MarkDown(refused) // the preferred server in backoff again, the other due
+		if fx.servers[i^1].Name() != prefer || !other.Due(fx.clock.Now()) {
+			t.Fatalf("case %d: the fixture is not as described", i)
+		}
+		tried := fx.obs.leases[other.Name()]
+		b, err := fx.set.Lease(ctx, "orders", 1, prefer, issue(nil))
+		if err != nil || b.Server != prefer || fx.obs.leases[other.Name()] != tried {
+			t.Fatalf("prefer %s in backoff, %s due: %v, %v, attempts %v; want a block from %s alone",
+				prefer, other.Name(), b, err, fx.obs.leases, prefer)
+		}
+	}
+}
+
 func TestLeaseErrors(t *testing.T) {
 	ctx := context.Background()
 	exhausted := fmt.Errorf("%w: counter at the end", allocator.ErrExhausted)
