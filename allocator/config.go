@@ -54,7 +54,8 @@ func Default[T comparable](field *T, def T) {
 type Failover struct {
 	// AttemptTimeout bounds one attempt on one server. Default 2s.
 	AttemptTimeout time.Duration
-	// Timeout bounds a whole lease, failover included. Default 5s.
+	// Timeout bounds a whole lease, failover included: until it passes, a lease that every server
+	// failed waits and tries them again. Default 5s.
 	Timeout time.Duration
 	// MinBackoff and MaxBackoff bound how long a failed server is skipped before it is tried again; the
 	// wait doubles with each failure. Default 100ms and 5s.

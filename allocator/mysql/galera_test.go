@@ -35,35 +35,12 @@ func newGalera(t *testing.T) *galera {
 	return g
 }
 
+// waitSize waits until every running node reports n nodes in the cluster (see testenv.WaitClusterSize).
+func (g *galera) waitSize(t *testing.T, n int) { testenv.WaitClusterSize(t, g.nodes, n) }
+
 // open opens the cluster's nodes as ticket servers, configured as on any Galera cluster: when a node
 // dies, every node's writes wait until it is evicted (evs.suspect_timeout, 3 s on this cluster), so one
 // attempt must outlast that, or healthy nodes are taken out of rotation for the wait.
-// waitSize waits until every running node reports n nodes in the cluster: a node killed is evicted
-// after the cluster's inactive timeout, and one that rejoins with a new identity (a wiped data
-// directory) before then meets a view it cannot join.
-func (g *galera) waitSize(t *testing.T, n int) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("a cluster of %d nodes", n), func() bool {
-		for _, m := range g.nodes {
-			if !m.Alive() {
-				continue
-			}
-			db, err := sql.Open("mysql", m.DSN(""))
-			if err != nil {
-				return false
-			}
-			var name string
-			var size int
-			err = db.QueryRow("SHOW STATUS LIKE 'wsrep_cluster_size'").Scan(&name, &size)
-			db.Close()
-			if err != nil || size != n {
-				return false
-			}
-		}
-		return true
-	})
-}
-
 func (g *galera) open(t *testing.T) *Store {
 	return openStore(t, g.dsns, func(c *Config) {
 		c.WatermarkInterval, c.AttemptTimeout, c.Timeout = 100*time.Millisecond, 5*time.Second, 15*time.Second
@@ -113,6 +90,22 @@ func TestGalera(t *testing.T) {
 			if !st.Healthy || !strings.Contains(st.Replication, "Galera cluster") {
 				t.Fatalf("server state %+v: want healthy, in a Galera cluster", st)
 			}
+		}
+	})
+
+	// The causal read sets the session variable around one read (SET STATEMENT … FOR is MariaDB's
+	// alone): it reads the node's rows, and its connection goes back to the pool as it was.
+	t.Run("CausalReadLeavesTheSessionAsItWas", func(t *testing.T) {
+		s := p.set.All()[0]
+		s.ctl.SetMaxOpenConns(1) // the read after it has the connection the causal read used
+		defer s.ctl.SetMaxOpenConns(4)
+		rows, err := s.ownRows(ctx, s.view().offset, true)
+		if err != nil || len(rows) != 1 || rows[0].ns.Name != "orders" || rows[0].offset != s.view().offset {
+			t.Fatalf("causal read of %s's rows: %+v, %v", names[0], rows, err)
+		}
+		var wait int
+		if err := s.ctl.QueryRowContext(ctx, "SELECT @@SESSION.wsrep_sync_wait").Scan(&wait); err != nil || wait != 0 {
+			t.Fatalf("after the causal read the pool's connection has wsrep_sync_wait %d (%v); want 0, as before it", wait, err)
 		}
 	})
 

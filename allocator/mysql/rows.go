@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -56,7 +57,7 @@ func scanRow(sc interface{ Scan(...any) error }) (rowSettings, error) {
 // readRows reads every namespace row the server holds: its own, and on servers that replicate each
 // other the copies of its peers' rows.
 func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
-	return s.queryRows(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset")
+	return s.queryRows(ctx, s.ctl, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset")
 }
 
 // ownRows reads the rows of the server of the given offset: the ones it leases from. With causal (on
@@ -67,14 +68,45 @@ func (s *server) readRows(ctx context.Context) ([]rowSettings, error) {
 // only taken to confirm what would fence the node.
 func (s *server) ownRows(ctx context.Context, offset int64, causal bool) ([]rowSettings, error) {
 	query := "SELECT " + rowColumns + " FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name"
-	if causal {
-		query = "SET STATEMENT wsrep_sync_wait = 1 FOR " + query
+	if !causal {
+		return s.queryRows(ctx, s.ctl, query, offset)
 	}
-	return s.queryRows(ctx, query, offset)
+	// MariaDB alone has SET STATEMENT … FOR; Galera for MySQL 8 (Percona XtraDB Cluster) has it not.
+	// Both take the session variable, set on one connection around the read and then put back.
+	conn, err := s.ctl.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	restored := false
+	defer func() {
+		if !restored { // the connection is not given back to the pool still waiting before each read
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		_ = conn.Close()
+	}()
+	var was int64
+	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.wsrep_sync_wait").Scan(&was); err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
+		return nil, err
+	}
+	rows, err := s.queryRows(ctx, conn, query, offset)
+	if err != nil {
+		return nil, err
+	}
+	_, err = conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = ?", was)
+	restored = err == nil
+	return rows, err
 }
 
-func (s *server) queryRows(ctx context.Context, query string, args ...any) ([]rowSettings, error) {
-	rows, err := s.ctl.QueryContext(ctx, query, args...)
+// querier is a pool or one of its connections.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (s *server) queryRows(ctx context.Context, q querier, query string, args ...any) ([]rowSettings, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

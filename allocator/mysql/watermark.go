@@ -88,13 +88,20 @@ const paceSQL = `INSERT INTO ticketd_lease_rates
 	interval_us = GREATEST(interval_us, ?)`
 
 // writeTo writes s's unwritten marks and what this process leased there into peer, within one
-// attempt's time: a peer that hangs holds up the writes to the others no longer than that.
+// attempt's time: a peer that hangs holds up the writes to the others no longer than that. On a
+// Galera cluster the marks replicate, so writers (processes closing together, or one process writing
+// a server's marks to two nodes) meet on the same rows: a statement rolled back for that runs again
+// (see retryConflicts), and only that statement, since adding a process's leases twice would count
+// them twice.
 func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace map[string]failover.Pace, now time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	nowUS := now.UnixMicro()
 	for ns, m := range s.marks.Pending(peer.Name()) {
-		_, err := peer.ctl.ExecContext(ctx, markSQL, ns, v.offset, m.Value, nowUS, m.Identity, m.Identity, m.Value, m.Identity, m.Value, nowUS)
+		err := retryConflicts(ctx, func() error {
+			_, err := peer.ctl.ExecContext(ctx, markSQL, ns, v.offset, m.Value, nowUS, m.Identity, m.Identity, m.Value, m.Identity, m.Value, nowUS)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
@@ -105,8 +112,11 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 		if pc.Span <= 0 {
 			continue
 		}
-		_, err := peer.ctl.ExecContext(ctx, paceSQL, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window,
-			window, pc.Span, window, pc.Span, window, pc.Span, pc.PerSecond, nowUS, window)
+		err := retryConflicts(ctx, func() error {
+			_, err := peer.ctl.ExecContext(ctx, paceSQL, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window,
+				window, pc.Span, window, pc.Span, window, pc.Span, pc.PerSecond, nowUS, window)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("lease rate of %s on %s: %w", s.Name(), peer.Name(), err)
 		}

@@ -71,13 +71,20 @@ func ticketdEnv(env []string) []string {
 	return append(out, env...)
 }
 
+// TicketdCommand returns `ticketd ARGS` with env added to this process's environment without its
+// TICKETD_* settings, not started: for a test that runs several at once.
+func TicketdCommand(t testing.TB, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Ticketd(t), args...)
+	cmd.Env = ticketdEnv(env)
+	return cmd
+}
+
 // RunTicketd runs `ticketd ARGS` (migrate, say) with env and fails the test unless it exits 0; it
 // returns what the command wrote.
 func RunTicketd(t testing.TB, env []string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(Ticketd(t), args...)
-	cmd.Env = ticketdEnv(env)
-	out, err := cmd.CombinedOutput()
+	out, err := TicketdCommand(t, env, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ticketd %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

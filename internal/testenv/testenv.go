@@ -247,6 +247,40 @@ func PrivateGalera(t testing.TB) []*testservers.MariaDB {
 	return nodes
 }
 
+// WaitClusterSize waits, up to a minute, until every running node of a Galera cluster reports n nodes
+// in the cluster: a node killed is evicted only after the cluster's timeouts, and one started again
+// before then may meet a view it cannot join.
+func WaitClusterSize(t testing.TB, nodes []*testservers.MariaDB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !clusterSize(nodes, n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for a Galera cluster of %d nodes", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func clusterSize(nodes []*testservers.MariaDB, n int) bool {
+	for _, m := range nodes {
+		if !m.Alive() {
+			continue
+		}
+		db, err := sql.Open("mysql", m.DSN(""))
+		if err != nil {
+			return false
+		}
+		var name string
+		var size int
+		err = db.QueryRow("SHOW STATUS LIKE 'wsrep_cluster_size'").Scan(&name, &size)
+		db.Close()
+		if err != nil || size != n {
+			return false
+		}
+	}
+	return true
+}
+
 // RequireGalera fails (or skips, outside the harness) a test that starts a Galera cluster when
 // MariaDB, the galera-4 library or rsync (its state transfers) is missing.
 func RequireGalera(t testing.TB) {

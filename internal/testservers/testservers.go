@@ -145,11 +145,9 @@ func (m *MariaDB) Args() []string {
 			"--wsrep-cluster-address="+g.Cluster,
 			"--wsrep-node-name="+g.Name,
 			fmt.Sprintf("--wsrep-node-address=127.0.0.1:%d", g.GcommPort),
-			// A node that dies is evicted after evs.suspect_timeout, and the cluster's writes wait
-			// until then: 3 s instead of the default 5 s, still long enough that nodes starved of CPU
-			// on a busy test machine are not taken for dead.
 			fmt.Sprintf("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=32M;"+
-				"evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S", g.GcommPort, g.ISTPort),
+				"evs.suspect_timeout=PT%dS;evs.inactive_timeout=PT%dS", g.GcommPort, g.ISTPort,
+				int(GaleraSuspectTimeout.Seconds()), int(GaleraInactiveTimeout.Seconds())),
 			"--wsrep-sst-method=rsync",
 			fmt.Sprintf("--wsrep-sst-receive-address=127.0.0.1:%d", g.SSTPort),
 			"--wsrep-auto-increment-control=OFF")
@@ -162,6 +160,16 @@ func (m *MariaDB) Args() []string {
 	}
 	return append(args, m.opts.ExtraArgs...)
 }
+
+// GaleraSuspectTimeout and GaleraInactiveTimeout are the test clusters' evs.suspect_timeout and
+// evs.inactive_timeout. A node that dies is evicted after the first when the others agree, after the
+// second at the latest (either plus up to evs.inactive_check_period, 1 s, and the view change), and
+// the cluster's writes wait until then: 3 s instead of the default 5 s, still long enough that nodes
+// starved of CPU on a busy test machine are not taken for dead.
+const (
+	GaleraSuspectTimeout  = 3 * time.Second
+	GaleraInactiveTimeout = 6 * time.Second
+)
 
 // galeraProvider is where Debian's galera-4 package puts the replication library.
 const galeraProvider = "/usr/lib/galera/libgalera_smm.so"

@@ -186,10 +186,16 @@ func (set *Set[S, R]) CloseRecording(record func(context.Context) error, release
 
 // Lease takes a block of size IDs (0 means the namespace's block size) from the first server that
 // gives one: prefer first when it names a server (also while it is in backoff), then round-robin;
-// first every server that is up or due for a retry, then, if all failed and time is left, those still
-// in backoff. lease is one attempt on one server, bounded by AttemptTimeout; a server that is down is
-// revived first. A bad name, or a size below 0 or above MaxBlockSizeLimit, is refused before any
-// server is asked.
+// first every server that is up or due for a retry, then those still in backoff. When every server
+// failed it waits (a backoff that grows from MinBackoff, jittered) and tries them all again, round
+// after round until Timeout: a cluster that stalls writes for a few seconds (a Galera cluster until it
+// evicts a dead node) delays a lease rather than failing it. lease is one attempt on one server,
+// bounded by AttemptTimeout; a server that is down is revived first. An attempt whose outcome is
+// unknown is abandoned, and the next one takes a new range (the lost range is a gap, never issued
+// again). A bad name, or a size below 0 or above MaxBlockSizeLimit, is refused before any server is
+// asked; a request that a server refuses (a size above the namespace's maximum, a namespace that does
+// not exist) is not tried again, nor is a server that cannot serve it before an operator acts
+// (exhausted, fenced, misconfigured).
 func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, prefer string,
 	lease func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)) (allocator.Block, error) {
 	if err := allocator.ValidateName(namespace); err != nil {
@@ -201,9 +207,13 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 	if set.closed.Load() {
 		return allocator.Block{}, allocator.ErrClosed
 	}
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	rec, err := set.Settings(ctx, namespace)
+	for round := 1; errors.Is(err, allocator.ErrUnavailable) && set.pause(ctx, round); round++ {
+		rec, err = set.Settings(ctx, namespace)
+	}
 	if err != nil {
 		return allocator.Block{}, err
 	}
@@ -215,54 +225,122 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 		return allocator.Block{}, err
 	}
 
-	var errs []error
-	exhausted := 0
-	tried := map[S]bool{}
-	attempt := func(s S) (allocator.Block, bool, error) {
-		tried[s] = true
-		blk, err := set.attempt(ctx, s, rec, size, lease)
-		switch {
-		case err == nil:
-			return blk, true, nil
-		case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
-			return blk, true, err // the request is wrong, not the server
-		case ctx.Err() != nil && errors.Is(err, context.Canceled):
-			return blk, true, err
-		case errors.Is(err, allocator.ErrExhausted):
-			exhausted++
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-		if set.cfg.Observer != nil {
-			set.cfg.Observer.ObserveFailover(s.Name())
-		}
-		return blk, false, nil
-	}
-	// First the server preferred and every server that is up (or due for a retry), then, if all failed
-	// and time is left, the ones still in backoff: better a late answer than none. The server preferred
-	// goes first also while it is in backoff: the segment cache prefers a server that is down while
-	// none is known up, and hedges the lease to another after a while, and that hedge must not ask the
-	// first lease's server first.
+	l := leaseRounds[S, R]{set: set, rec: rec, size: size, prefer: prefer, lease: lease, last: map[S]error{}, spent: map[S]bool{}}
 	order := set.Order(prefer)
+	rounds := 0
+	for {
+		rounds++
+		if blk, done, err := l.round(ctx, order); done {
+			return blk, err
+		}
+		if len(l.spent) == len(set.servers) || set.closed.Load() || !set.pause(ctx, rounds) {
+			break
+		}
+	}
+	if l.exhausted > 0 && l.exhausted == len(set.servers) {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q on %s: %w", allocator.ErrExhausted, namespace, set.cfg.Every, l.errs())
+	}
+	errs := l.errs()
+	switch {
+	case errs == nil && ctx.Err() != nil:
+		errs = ctx.Err()
+	case errs == nil:
+		errs = set.why(nil)
+	}
+	if rounds > 1 {
+		return allocator.Block{}, fmt.Errorf("%w: namespace %q, %d rounds over the servers in %s: %w", allocator.ErrUnavailable, namespace, rounds,
+			time.Since(began).Round(time.Millisecond), errs)
+	}
+	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errs)
+}
+
+// leaseRounds is one Lease's tries: each server's last error, and the servers it no longer tries.
+type leaseRounds[S Server[R], R Record[R]] struct {
+	set    *Set[S, R]
+	rec    R
+	size   int64
+	prefer string
+	lease  func(ctx context.Context, s S, rec R, size int64) (allocator.Block, error)
+
+	failed    []S         // the servers that failed, in the order of their first failure
+	last      map[S]error // each one's last error
+	spent     map[S]bool  // servers that cannot serve this lease before an operator acts
+	exhausted int         // how many of those have no ID left for the namespace
+}
+
+// round tries every server not spent once: first the one preferred and those up or due for a retry,
+// then the others. The server preferred goes first also while it is in backoff: the segment cache
+// prefers a server that is down while none is known up, and hedges the lease to another after a
+// while, and that hedge must not ask the first lease's server first. done means the lease ends with
+// the block or the error returned.
+func (l *leaseRounds[S, R]) round(ctx context.Context, order []S) (allocator.Block, bool, error) {
+	set := l.set
+	tried := map[S]bool{}
 	for pass := 0; pass < 2; pass++ {
 		for _, s := range order {
-			if tried[s] || (pass == 0 && s.Name() != prefer && !s.Usable() && !s.Due(set.cfg.Now())) {
+			if l.spent[s] || tried[s] || (pass == 0 && s.Name() != l.prefer && !s.Usable() && !s.Due(set.cfg.Now())) {
 				continue
 			}
 			if ctx.Err() != nil {
-				break
+				return allocator.Block{}, false, nil
 			}
-			if blk, done, err := attempt(s); done {
-				return blk, err
+			tried[s] = true
+			blk, err := set.attempt(ctx, s, l.rec, l.size, l.lease)
+			switch {
+			case err == nil:
+				return blk, true, nil
+			case errors.Is(err, allocator.ErrInvalidSize), errors.Is(err, allocator.ErrNotFound):
+				return blk, true, err // the request is wrong, not the server
+			case ctx.Err() != nil && errors.Is(err, context.Canceled):
+				return blk, true, err
+			case errors.Is(err, allocator.ErrExhausted):
+				l.spent[s] = true
+				l.exhausted++
+			case errors.Is(err, allocator.ErrFenced), errors.Is(err, allocator.ErrMisconfigured):
+				l.spent[s] = true
+			}
+			if _, seen := l.last[s]; !seen {
+				l.failed = append(l.failed, s)
+			}
+			l.last[s] = fmt.Errorf("%s: %w", s.Name(), err)
+			if set.cfg.Observer != nil {
+				set.cfg.Observer.ObserveFailover(s.Name())
 			}
 		}
 	}
-	if exhausted > 0 && exhausted == len(tried) && len(tried) == len(set.servers) {
-		return allocator.Block{}, fmt.Errorf("%w: namespace %q on %s: %w", allocator.ErrExhausted, namespace, set.cfg.Every, errors.Join(errs...))
+	return allocator.Block{}, false, nil
+}
+
+// errs joins each failed server's last error, in the order they first failed; nil when none failed.
+func (l *leaseRounds[S, R]) errs() error {
+	out := make([]error, 0, len(l.failed))
+	for _, s := range l.failed {
+		out = append(out, l.last[s])
 	}
-	if len(errs) == 0 && ctx.Err() != nil {
-		errs = append(errs, ctx.Err())
+	return errors.Join(out...)
+}
+
+// pause waits before the next round of a call's tries: MinBackoff doubled per round up to MaxBackoff,
+// jittered, and never closer to the call's deadline than MinBackoff (the last round still has time
+// to ask). It reports false, at once, when no round is left: the call ended or its time is spent.
+func (set *Set[S, R]) pause(ctx context.Context, round int) bool {
+	wait := backoff.Policy{Min: set.cfg.MinBackoff, Max: set.cfg.MaxBackoff}.Wait(round)
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)-set.cfg.MinBackoff)
 	}
-	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, set.why(errs))
+	if wait <= 0 || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-set.done:
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // attempt makes one attempt on one server, reviving it first if it was down, and keeps its health.

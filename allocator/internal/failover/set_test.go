@@ -204,6 +204,139 @@ func TestLeaseFailsOver(t *testing.T) {
 	}
 }
 
+// failing is a lease function that fails with err on the first n calls (on any server), then gives
+// each server its own blocks.
+func failing(n int, err error) func(context.Context, *fakeServer, fakeRecord, int64) (allocator.Block, error) {
+	var mu sync.Mutex
+	calls := 0
+	serve := issue(nil)
+	return func(ctx context.Context, s *fakeServer, r fakeRecord, size int64) (allocator.Block, error) {
+		mu.Lock()
+		calls++
+		fail := calls <= n
+		mu.Unlock()
+		if fail {
+			return allocator.Block{}, err
+		}
+		return serve(ctx, s, r, size)
+	}
+}
+
+// TestLeaseKeepsTryingUntilItsTimeout: when every server fails (a cluster that stalls its writes for a
+// while), a lease waits and tries them all again, round after round, and takes the block of the first
+// server that serves again; each attempt is a new one, so a range whose outcome was unknown is never
+// the one returned.
+func TestLeaseKeepsTryingUntilItsTimeout(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	stalled := errors.New("Error 1205: Lock wait timeout exceeded")
+	b, err := fx.set.Lease(context.Background(), "orders", 1, "", failing(5, stalled))
+	if err != nil {
+		t.Fatalf("lease after 5 failed attempts: %v", err)
+	}
+	if b.Start != 1 || fx.obs.leases["s1"]+fx.obs.leases["s2"] != 6 || fx.obs.failovers["s1"]+fx.obs.failovers["s2"] != 5 {
+		t.Fatalf("block %v; attempts %v, failovers %v: want the 6th attempt's block, after 5 failures over 3 rounds", b, fx.obs.leases, fx.obs.failovers)
+	}
+}
+
+// TestLeaseGivesUpAtItsTimeout: with every server failing, a lease tries them round after round, with a
+// growing wait between rounds (never in a busy loop), and fails at its timeout with each server's
+// last error once.
+func TestLeaseGivesUpAtItsTimeout(t *testing.T) {
+	fx := newFixture(t, 2, nil) // Timeout 2s, MinBackoff 100ms, MaxBackoff 1s
+	refused := errors.New("connection refused")
+	_, err := fx.set.Lease(context.Background(), "orders", 1, "", issue(map[string]error{"s1": refused, "s2": refused}))
+	if !errors.Is(err, allocator.ErrUnavailable) || strings.Count(err.Error(), "connection refused") != 2 ||
+		!strings.Contains(err.Error(), "s1: connection refused") || !strings.Contains(err.Error(), "rounds over the servers") {
+		t.Fatalf("Lease with every server down: %v", err)
+	}
+	// Waits of at least 50, 100, 200, 400 and 500 ms (half of each full wait) fill the 2 s: at most 6
+	// waits, so at most 7 rounds of 2 attempts; and the first wait ends well before the timeout.
+	attempts := fx.obs.leases["s1"] + fx.obs.leases["s2"]
+	if attempts < 4 || attempts > 14 || fx.obs.leases["s1"] != fx.obs.leases["s2"] {
+		t.Fatalf("attempts per server %v: want between 2 and 7 rounds over both", fx.obs.leases)
+	}
+}
+
+// TestLeaseDoesNotRetryWhatOnlyAnOperatorFixes: a server that is fenced, misconfigured or exhausted is
+// asked once per lease, while the others are tried until the timeout; when no server is left to try,
+// the lease ends at once.
+func TestLeaseDoesNotRetryWhatOnlyAnOperatorFixes(t *testing.T) {
+	ctx := context.Background()
+	fenced := fmt.Errorf("%w: counter below the water mark", allocator.ErrFenced)
+	misconfigured := fmt.Errorf("%w: auto_increment_increment changed", allocator.ErrMisconfigured)
+	exhausted := fmt.Errorf("%w: counter at the end", allocator.ErrExhausted)
+	t.Run("the others are retried", func(t *testing.T) {
+		fx := newFixture(t, 2, func(c *Config) { c.Timeout = 500 * time.Millisecond })
+		_, err := fx.set.Lease(ctx, "orders", 1, "s1", issue(map[string]error{"s1": fenced, "s2": errors.New("connection refused")}))
+		if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), "s1: "+fenced.Error()) {
+			t.Fatalf("Lease: %v", err)
+		}
+		if fx.obs.leases["s1"] != 1 || fx.obs.leases["s2"] < 2 {
+			t.Fatalf("attempts %v: want s1 (fenced) once, s2 (down) in every round", fx.obs.leases)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		fail map[string]error
+		want error
+	}{
+		{"fenced and misconfigured", map[string]error{"s1": fenced, "s2": misconfigured}, allocator.ErrUnavailable},
+		{"exhausted everywhere", map[string]error{"s1": exhausted, "s2": exhausted}, allocator.ErrExhausted},
+		{"exhausted and fenced", map[string]error{"s1": exhausted, "s2": fenced}, allocator.ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, 2, func(c *Config) { c.Timeout = time.Hour })
+			_, err := fx.set.Lease(ctx, "orders", 1, "", issue(tc.fail))
+			if !errors.Is(err, tc.want) || strings.Contains(err.Error(), "rounds") {
+				t.Fatalf("Lease: %v, want %v after one round", err, tc.want)
+			}
+			if fx.obs.leases["s1"] != 1 || fx.obs.leases["s2"] != 1 {
+				t.Fatalf("attempts %v: want one each", fx.obs.leases)
+			}
+		})
+	}
+	t.Run("a request error", func(t *testing.T) {
+		fx := newFixture(t, 2, func(c *Config) { c.Timeout = time.Hour })
+		_, err := fx.set.Lease(ctx, "orders", 1, "s1", issue(map[string]error{"s1": fmt.Errorf("%w: above max", allocator.ErrInvalidSize)}))
+		if !errors.Is(err, allocator.ErrInvalidSize) || fx.obs.leases["s1"] != 1 || fx.obs.leases["s2"] != 0 {
+			t.Fatalf("Lease: %v, attempts %v: want the refusal of the first attempt, and no other", err, fx.obs.leases)
+		}
+	})
+}
+
+// TestLeaseRetriesEndWithTheCall: a lease that is trying its servers again ends when its caller gives
+// up or the Set is closed, not at its timeout.
+func TestLeaseRetriesEndWithTheCall(t *testing.T) {
+	refused := map[string]error{"s1": errors.New("connection refused"), "s2": errors.New("connection refused")}
+	t.Run("caller's context", func(t *testing.T) {
+		fx := newFixture(t, 2, func(c *Config) { c.Timeout = time.Hour })
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if _, err := fx.set.Lease(ctx, "orders", 1, "", issue(refused)); !errors.Is(err, allocator.ErrUnavailable) || fx.obs.leases["s1"] < 2 {
+			t.Fatalf("Lease: %v after attempts %v; want retries, then the end within the caller's time", err, fx.obs.leases)
+		}
+	})
+	t.Run("Close", func(t *testing.T) {
+		fx := newFixture(t, 2, func(c *Config) { c.Timeout = time.Hour })
+		failed := make(chan struct{})
+		var once sync.Once
+		lease := issue(refused)
+		done := make(chan error, 1)
+		go func() {
+			_, err := fx.set.Lease(context.Background(), "orders", 1, "", func(ctx context.Context, s *fakeServer, r fakeRecord, size int64) (allocator.Block, error) {
+				once.Do(func() { close(failed) })
+				return lease(ctx, s, r, size)
+			})
+			done <- err
+		}()
+		<-failed
+		fx.set.Close(func() {})
+		if err := <-done; !errors.Is(err, allocator.ErrUnavailable) {
+			t.Fatalf("Lease after Close: %v", err)
+		}
+	})
+}
+
 // TestLeasePrefersAServerInBackoff: while no server is up, a lease that prefers one asks it first, even
 // in backoff while another is due: the segment cache prefers one server and hedges to the other at the
 // end of an outage, and the hedge must not meet the first lease's server first.
@@ -250,7 +383,7 @@ func TestLeaseErrors(t *testing.T) {
 		{"a request error ends the lease", map[string]error{"s1": fmt.Errorf("%w: above max", allocator.ErrInvalidSize)}, allocator.ErrInvalidSize, "above max", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := newFixture(t, 2, nil)
+			fx := newFixture(t, 2, func(c *Config) { c.Timeout = 300 * time.Millisecond })
 			_, err := fx.set.Lease(ctx, "orders", 1, "s1", issue(tc.fail))
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("Lease: %v, want %v saying %q", err, tc.want, tc.says)
