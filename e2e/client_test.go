@@ -324,9 +324,9 @@ func (l *pacedLoad) halt(t *testing.T) (time.Duration, time.Time) {
 // TestE2EHedgesAroundAHungReplica: two ticketd replicas on one pair; mid-run one of them stops
 // answering (SIGSTOP: its connections are accepted, nothing replies) for 3 s, then answers again. The
 // request timeout is 10 s, so a refill sent there and not hedged would keep callers waiting for seconds;
-// hedged to the other replica, no Next call waits more than 200 ms after the warm-up, and the blocks
-// the frozen replica delivers late are kept or dropped, never served twice. The load is bounded (four
-// goroutines, 5 IDs a millisecond each) so that scheduling noise stays far below 200 ms.
+// hedged to the other replica, no Next call after the warm-up waits for the frozen one (none waits a
+// second), and the blocks the frozen replica delivers late are kept or dropped, never served twice. The
+// load is bounded (four goroutines, 5 IDs a millisecond each).
 func TestE2EHedgesAroundAHungReplica(t *testing.T) {
 	dsns := preparePair(t, allocator.Namespace{Name: "hedge", BlockSize: 100, MaxBlockSize: 1000})
 	a := startTicketd(t, pairStore(dsns), "hedge")
@@ -366,7 +366,9 @@ func TestE2EHedgesAroundAHungReplica(t *testing.T) {
 	if won := during.HedgesWon - before.HedgesWon; won < 3 {
 		t.Fatalf("%d hedges won while replica a was frozen: the test did not exercise hedging", won)
 	}
-	if longest > 200*time.Millisecond {
-		t.Fatalf("a Next call waited %s, %s after replica a froze; want at most 200ms", longest, at.Sub(frozenAt))
+	// Not waiting for the frozen replica is the mechanism tested (the request timeout is 10 s); how fast
+	// the hedges are is the chaos run's to measure.
+	if longest >= time.Second {
+		t.Fatalf("a Next call waited %s, %s after replica a froze; want under a second: it waited for the frozen replica", longest, at.Sub(frozenAt))
 	}
 }

@@ -86,7 +86,10 @@ type hangCase struct {
 }
 
 // hangCases: failing over alone, one request waits about the pair's attempt timeout (2 s); hedged
-// after hedge, none waits more than 200 ms.
+// after hedge, none waits for the hung server: every wait stays under half that timeout. What is
+// tested is the mechanism, not the machine's speed: on a quiet machine the hedged waits are tens of
+// milliseconds (the chaos run measures them), on a loaded one a little more, and the line between
+// the two cases is the attempt timeout a request would otherwise wait out.
 func hangCases(hedge time.Duration) []hangCase {
 	return []hangCase{
 		{"failover alone", -1, func(d time.Duration) error {
@@ -96,8 +99,8 @@ func hangCases(hedge time.Duration) []hangCase {
 			return nil
 		}},
 		{"hedged", hedge, func(d time.Duration) error {
-			if d > 200*time.Millisecond {
-				return fmt.Errorf("a request waited %s, want at most 200ms", d)
+			if d >= time.Second {
+				return fmt.Errorf("a request waited %s, want under a second: it waited for the hung server", d)
 			}
 			return nil
 		}},
@@ -175,7 +178,7 @@ func drawWhileAHangs(t *testing.T, c *segmentCache, hang func(int), name string,
 // Failover alone bounds the wait at the pair's attempt timeout (2 s by default): the fetch that meets
 // the hung server waits that long before it tries b, the segments cached run out long before, and the
 // requests wait with it. Hedged, a fetch not answered within the hedge delay sends a second lease to
-// the other server, and no request waits more than 200 ms.
+// the other server, and no request waits for the hung one.
 func TestCacheWhileATicketServerHangs(t *testing.T) {
 	for _, tc := range hangCases(0) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,7 +201,7 @@ func TestCacheWhileATicketServerHangs(t *testing.T) {
 // of at most 2000) lease straight from the pair. Mid-run server a stops answering. Failover alone makes
 // the lease that meets a wait the pair's attempt timeout (2 s); hedged, one not answered within the
 // hedge delay (20 ms here: the derived delay has tests of its own) sends a second lease to b, and no
-// request waits more than 200 ms. No ID comes twice.
+// request waits for a. No ID comes twice.
 func TestCacheDirectLeasesWhileATicketServerHangs(t *testing.T) {
 	for _, tc := range hangCases(20 * time.Millisecond) {
 		t.Run(tc.name, func(t *testing.T) {
