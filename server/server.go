@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/clientip"
 	"github.com/ticketd/ticketd/internal/ratelimit"
 	"github.com/ticketd/ticketd/internal/version"
 )
@@ -47,13 +49,18 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is how many requests a token may send at once. Default max(1, RateLimit).
 	RateBurst int
-	// AuthFailureBurst is how many requests with a wrong or malformed token one client address may
-	// send before every request with a token from it is answered 429; AuthFailureRate is how many a
-	// second it may send after that. Defaults 30 and 0.1 (six a minute).
+	// AuthFailureBurst is how many requests with a wrong or malformed token one client address (an
+	// IPv6 /64) may send before its wrong tokens are answered 429; AuthFailureRate is how many a second
+	// it may send after that. A valid token is never refused for them: the address may be a proxy or a
+	// NAT shared with the real client. Defaults 30 and 0.1 (six a minute).
 	AuthFailureBurst int
 	AuthFailureRate  float64
 	// MaxConns bounds the connections open at once; past it, new ones wait to be accepted. Default 4096.
 	MaxConns int
+	// TrustedProxies are the proxies (CIDRs) whose X-Forwarded-For is believed: a request from one of
+	// them counts against the client it names for rate limits, failed logins and logs. Empty: the
+	// peer's address is the client, whatever the header says.
+	TrustedProxies []netip.Prefix
 	// Logger receives JSON-friendly structured logs; request lines carry "request_id". Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -176,8 +183,9 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	// The peer's address, never X-Forwarded-For: a client must not pick the rate-limit bucket it uses.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// The peer's address, or what a trusted proxy says: a client must not pick the rate-limit bucket
+	// it uses.
+	e.IPExtractor = clientip.Extractor(s.cfg.TrustedProxies)
 	e.Use(s.observe)
 	if s.auth.disabled && !s.cfg.Auth.AnyHost {
 		e.Use(s.guardOpen)

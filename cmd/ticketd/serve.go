@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/clientip"
 	"github.com/ticketd/ticketd/internal/cliflag"
 	"github.com/ticketd/ticketd/server"
 )
@@ -30,6 +32,8 @@ type serveCmd struct {
 	noAuth, publicNoAuth                                   bool
 	openByDefault                                          bool // no token, embedded store, loopback
 	metricsListen                                          string
+	trustedProxy                                           string
+	trustedProxies                                         []netip.Prefix
 	maxConns                                               int
 	tlsCert, tlsKey                                        string
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
@@ -72,6 +76,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.publicNoAuth, "insecure-public-no-auth", false, "with --no-auth, serve on an address that is not loopback, open to every host that reaches it: anyone may lease IDs and move counters")
 	fs.StringVar(&c.metricsToken, "metrics-token", "", "bearer `TOKEN` good for /metrics alone, for a Prometheus scraper (the admin token works too)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "also serve /metrics without a token on this `ADDRESS` of its own (keep it loopback or private); empty: none")
+	fs.StringVar(&c.trustedProxy, "trusted-proxy", "", "`CIDRS` of the proxies in front of ticketd (comma-separated, like 10.0.0.0/8,fd00::/8): X-Forwarded-For is believed from them alone, for rate limits, failed logins and logs; empty: never")
 	fs.IntVar(&c.maxConns, "max-connections", 4096, "connections open at once; past it new ones wait to be accepted")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "`FILE` of the TLS certificate (PEM); with --tls-key, serve HTTPS")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "`FILE` of the TLS private key (PEM)")
@@ -165,6 +170,11 @@ func (c *serveCmd) validate() error {
 	if c.maxConns < 1 {
 		return usagef("--max-connections %d must be at least 1", c.maxConns)
 	}
+	ps, err := clientip.ParsePrefixes(c.trustedProxy)
+	if err != nil {
+		return usagef("--trusted-proxy: %v; give the proxies' addresses or networks, comma-separated", err)
+	}
+	c.trustedProxies = ps
 	if c.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
 			return usagef("--metrics-listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:9090", c.metricsListen)
@@ -250,6 +260,7 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	srv, err := server.New(server.Config{
 		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
 		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst, MaxConns: c.maxConns,
+		TrustedProxies:    c.trustedProxies,
 		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax},
 		ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		IdleTimeout: c.idleTime, ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
