@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -340,7 +342,8 @@ func TestTLS12OffersOnlyAEAD(t *testing.T) {
 	}
 }
 
-// TestOpenConnectionsAreCapped: past MaxConns, a new connection is not served until one closes.
+// TestOpenConnectionsAreCapped: past MaxConns, a new connection is not served until one closes, as
+// long as none of those open is idle (here each is still sending its request's headers).
 func TestOpenConnectionsAreCapped(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.MaxConns = 2 })
 	addr := listen(t, s.Server)
@@ -348,12 +351,8 @@ func TestOpenConnectionsAreCapped(t *testing.T) {
 	held := []any{}
 	for range 2 {
 		c := dial(t, addr)
-		if _, err := io.WriteString(c, get); err != nil {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
 			t.Fatal(err)
-		}
-		buf := make([]byte, 12)
-		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 200" {
-			t.Fatalf("a connection within the cap: %q %v", buf, err)
 		}
 		held = append(held, c)
 	}
@@ -405,5 +404,75 @@ func TestTokenListNeverQuotesAToken(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || !strings.Contains(err.Error(), "NAMESPACE=TOKEN") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// getOn sends GET /healthz on c and reads the status line of the answer.
+func getOn(t *testing.T, c net.Conn) string {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return err.Error()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return err.Error()
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Status
+}
+
+// TestIdleConnectionsMakeRoom: idle keep-alive connections holding every slot do not keep a new client
+// out: the one idle the longest is closed for it.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.MaxConns = 4; c.IdleTimeout = time.Hour })
+	addr := listen(t, s.Server)
+	var idle []net.Conn
+	for range 4 {
+		c := dial(t, addr)
+		if st := getOn(t, c); st != "200 OK" {
+			t.Fatalf("a connection within the cap: %s", st)
+		}
+		idle = append(idle, c)
+	}
+	if st := getOn(t, dial(t, addr)); st != "200 OK" {
+		t.Fatalf("a new connection while 4 idle ones held the cap of 4: %s", st)
+	}
+	_ = idle[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := idle[0].Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the connection idle the longest is still open: %d %v", n, err)
+	}
+}
+
+// TestConnectionsPerClientAreCapped: one client address holding its bound of busy connections gets
+// its next one closed at once; another address is served.
+func TestConnectionsPerClientAreCapped(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.MaxConns = 10; c.MaxConnsPerClient = 2 })
+	addr := listen(t, s.Server)
+	for range 2 { // busy: still sending the request's headers
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := dial(t, addr)
+	_ = third.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := third.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("a third connection from one address with a bound of 2 was kept: %d %v", n, err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	other, err := d.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if st := getOn(t, other); st != "200 OK" {
+		t.Fatalf("another client address: %s", st)
+	}
+	if !strings.Contains(s.logs.String(), "holds its limit of busy connections") {
+		t.Fatalf("the refusal is not logged:\n%s", s.logs.String())
 	}
 }

@@ -22,11 +22,11 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/net/netutil"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/internal/clientip"
+	"github.com/ticketd/ticketd/internal/connlimit"
 	"github.com/ticketd/ticketd/internal/ratelimit"
 	"github.com/ticketd/ticketd/internal/version"
 )
@@ -55,8 +55,14 @@ type Config struct {
 	// NAT shared with the real client. Defaults 30 and 0.1 (six a minute).
 	AuthFailureBurst int
 	AuthFailureRate  float64
-	// MaxConns bounds the connections open at once; past it, new ones wait to be accepted. Default 4096.
+	// MaxConns bounds the connections open at once; past it, new ones wait to be accepted. Near it
+	// (within an eighth), the connection idle the longest is closed for each new one, so that idle
+	// keep-alive connections cannot hold every slot. Default 4096.
 	MaxConns int
+	// MaxConnsPerClient bounds the connections one client address (an IPv6 /64; the peer, not what a
+	// proxy says) holds at once: past it, that address's oldest idle connection is closed for a new
+	// one, or the new one is closed when none is idle. Default (and at most) MaxConns.
+	MaxConnsPerClient int
 	// TrustedProxies are the proxies (CIDRs) whose X-Forwarded-For is believed: a request from one of
 	// them counts against the client it names for rate limits, failed logins and logs. Empty: the
 	// peer's address is the client, whatever the header says.
@@ -97,6 +103,8 @@ func (c Config) withDefaults() Config {
 	allocator.Default(&c.AuthFailureBurst, 30)
 	allocator.Default(&c.AuthFailureRate, 0.1)
 	allocator.Default(&c.MaxConns, 4096)
+	allocator.Default(&c.MaxConnsPerClient, c.MaxConns)
+	c.MaxConnsPerClient = min(c.MaxConnsPerClient, c.MaxConns)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -113,7 +121,8 @@ func (c Config) validate() error {
 	if err := allocator.CheckConfig("server.Config",
 		allocator.Setting("RateLimit", c.RateLimit), allocator.Setting("RateBurst", c.RateBurst),
 		allocator.Setting("AuthFailureBurst", c.AuthFailureBurst), allocator.Setting("AuthFailureRate", c.AuthFailureRate),
-		allocator.Setting("MaxConns", c.MaxConns), allocator.Setting("ReadHeaderTimeout", c.ReadHeaderTimeout),
+		allocator.Setting("MaxConns", c.MaxConns), allocator.Setting("MaxConnsPerClient", c.MaxConnsPerClient),
+		allocator.Setting("ReadHeaderTimeout", c.ReadHeaderTimeout),
 		allocator.Setting("ReadTimeout", c.ReadTimeout), allocator.Setting("WriteTimeout", c.WriteTimeout),
 		allocator.Setting("IdleTimeout", c.IdleTimeout), allocator.Setting("MaxHeaderBytes", c.MaxHeaderBytes),
 		allocator.Setting("ShutdownTimeout", c.ShutdownTimeout)); err != nil {
@@ -136,9 +145,10 @@ type Server struct {
 	headroom headroom // the IDs each namespace had left, for its forecast
 	logger   *slog.Logger
 
-	idPrefix string
-	idSeq    atomic.Uint64
-	draining atomic.Bool
+	idPrefix     string
+	idSeq        atomic.Uint64
+	connsRefused atomic.Uint64
+	draining     atomic.Bool
 
 	closeOnce sync.Once
 }
@@ -267,7 +277,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if tlsOn {
 		hs.TLSConfig = tlsConfig()
 	}
-	ln = netutil.LimitListener(ln, s.cfg.MaxConns)
+	cl := connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConns, PerClient: s.cfg.MaxConnsPerClient, OnRefused: s.refusedConn})
+	hs.ConnState = cl.ConnState
+	ln = cl
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -293,6 +305,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.logger.Info("stopped; every request in flight was answered")
 	return nil
+}
+
+// refusedConn logs a connection closed for --max-connections-per-client at the 1st, 2nd, 4th, …
+// refusal: enough to see a client that holds too many, never a line per connection.
+func (s *Server) refusedConn(client string) {
+	if n := s.connsRefused.Add(1); n&(n-1) == 0 {
+		s.logger.Warn("connection closed: the client address holds its limit of busy connections", "remote", client,
+			"limit", s.cfg.MaxConnsPerClient, "refused", n)
+	}
 }
 
 // requestID returns the request's ID (set by observe).

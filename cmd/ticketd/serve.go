@@ -34,7 +34,7 @@ type serveCmd struct {
 	metricsListen                                          string
 	trustedProxy                                           string
 	trustedProxies                                         []netip.Prefix
-	maxConns                                               int
+	maxConns, maxConnsPerClient                            int
 	tlsCert, tlsKey                                        string
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
 	shutdownTimeout                                        time.Duration
@@ -77,7 +77,8 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.metricsToken, "metrics-token", "", "bearer `TOKEN` good for /metrics alone, for a Prometheus scraper (the admin token works too)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "also serve /metrics without a token on this `ADDRESS` of its own (keep it loopback or private); empty: none")
 	fs.StringVar(&c.trustedProxy, "trusted-proxy", "", "`CIDRS` of the proxies in front of ticketd (comma-separated, like 10.0.0.0/8,fd00::/8): X-Forwarded-For is believed from them alone, for rate limits, failed logins and logs; empty: never")
-	fs.IntVar(&c.maxConns, "max-connections", 4096, "connections open at once; past it new ones wait to be accepted")
+	fs.IntVar(&c.maxConns, "max-connections", 4096, "connections open at once; past it new ones wait to be accepted, and near it the connection idle the longest is closed for each new one")
+	fs.IntVar(&c.maxConnsPerClient, "max-connections-per-client", 256, "connections one client address (an IPv6 /64) may hold at once; past it its oldest idle one is closed for a new one, or the new one is refused; 0 means only --max-connections bounds them (behind a proxy, every client has its address)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "`FILE` of the TLS certificate (PEM); with --tls-key, serve HTTPS")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "`FILE` of the TLS private key (PEM)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send the request headers")
@@ -169,6 +170,9 @@ func (c *serveCmd) validate() error {
 	}
 	if c.maxConns < 1 {
 		return usagef("--max-connections %d must be at least 1", c.maxConns)
+	}
+	if c.maxConnsPerClient < 0 {
+		return usagef("--max-connections-per-client %d must not be negative (0: no bound of its own)", c.maxConnsPerClient)
 	}
 	ps, err := clientip.ParsePrefixes(c.trustedProxy)
 	if err != nil {
