@@ -264,22 +264,11 @@ func (s *Server) closeCache() {
 // Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting connections,
 // lets requests in flight finish (up to ShutdownTimeout), and returns. /readyz answers 503 meanwhile.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.e,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout:       s.cfg.ReadTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	hs, ln := s.httpServer(s.e, ln)
 	tlsOn := s.cfg.TLSCertFile != ""
 	if tlsOn {
 		hs.TLSConfig = tlsConfig()
 	}
-	cl := connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConns, PerClient: s.cfg.MaxConnsPerClient, OnRefused: s.refusedConn})
-	hs.ConnState = cl.ConnState
-	ln = cl
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -314,6 +303,44 @@ func (s *Server) refusedConn(client string) {
 		s.logger.Warn("connection closed: the client address holds its limit of busy connections", "remote", client,
 			"limit", s.cfg.MaxConnsPerClient, "refused", n)
 	}
+}
+
+// httpServer is an http.Server for h with the configured timeouts, and ln wrapped in the configured
+// connection bounds.
+func (s *Server) httpServer(h http.Handler, ln net.Listener) (*http.Server, net.Listener) {
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	cl := connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConns, PerClient: s.cfg.MaxConnsPerClient, OnRefused: s.refusedConn})
+	hs.ConnState = cl.ConnState
+	return hs, cl
+}
+
+// ServeMetrics answers GET /metrics without a token on ln (404 on any other path), with the API's
+// timeouts and connection bounds, until ctx is done; then it closes ln and its connections. For a
+// listener that only the scraper reaches (ticketd serve --metrics-listen).
+func (s *Server) ServeMetrics(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metrics.Handler())
+	hs, ln := s.httpServer(mux, ln)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: metrics: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	<-errc
+	return err
 }
 
 // requestID returns the request's ID (set by observe).

@@ -36,6 +36,26 @@ func dialFrom(t *testing.T, local, addr string) net.Conn {
 	return c
 }
 
+// holdBusy opens n connections to addr from 127.0.0.1 that send only part of a request's headers: busy,
+// not idle, until the read-header timeout.
+func holdBusy(t *testing.T, addr, path string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := io.WriteString(dialFrom(t, "127.0.0.1", addr), "GET "+path+" HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// closedAtOnce reports whether the server closes a new connection from 127.0.0.1 without a request.
+func closedAtOnce(t *testing.T, addr string) bool {
+	t.Helper()
+	c := dialFrom(t, "127.0.0.1", addr)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	return n == 0 && err != nil
+}
+
 // TestIdleConnectionsCannotHoldTheServer: with --max-connections 20, 20 idle keep-alive connections do
 // not keep a new client waiting: the one idle the longest is closed for it.
 func TestIdleConnectionsCannotHoldTheServer(t *testing.T) {
@@ -68,15 +88,9 @@ func TestConnectionsPerClientAddress(t *testing.T) {
 	}
 	p := startServe(t, env, "--data-dir", t.TempDir(), "--max-connections-per-client", "3")
 	addr := strings.TrimPrefix(p.URL, "http://")
-	for range 3 { // busy: still sending their requests' headers
-		if _, err := io.WriteString(dialFrom(t, "127.0.0.1", addr), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fourth := dialFrom(t, "127.0.0.1", addr)
-	_ = fourth.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if n, err := fourth.Read(make([]byte, 1)); n != 0 || err == nil {
-		t.Fatalf("a fourth connection from one address with a bound of 3 was kept: %d %v", n, err)
+	holdBusy(t, addr, "/healthz", 3)
+	if !closedAtOnce(t, addr) {
+		t.Fatal("a fourth connection from one address with a bound of 3 was kept")
 	}
 	if st := healthzOn(dialFrom(t, "127.0.0.2", addr)); st != "200 OK" {
 		t.Fatalf("another client address: %s", st)
