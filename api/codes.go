@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Error codes: the "code" of an error answer. Each comes with one HTTP status; a client may switch on
@@ -122,4 +123,15 @@ type ServerStatus struct {
 	// Marks says why this process's water marks do not reach the server, when they do not: it serves,
 	// but the restored-state guard forgets what this process saw when it stops.
 	Marks string `json:"marks,omitempty"`
+}
+
+// Bearer extracts the token of an "Authorization: Bearer TOKEN" header; the scheme's case does not
+// matter (RFC 9110). ok is false for another scheme or an empty token.
+func Bearer(header string) (token string, ok bool) {
+	const prefix = "bearer "
+	if len(header) <= len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return "", false
+	}
+	token = strings.TrimSpace(header[len(prefix):])
+	return token, token != ""
 }

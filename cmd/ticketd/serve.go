@@ -120,14 +120,14 @@ func (c *serveCmd) auth() (server.Auth, error) {
 		}
 		a.Tokens = append(a.Tokens, ts...)
 	}
-	if c.noAuth && !isLoopback(c.listen) && !c.publicNoAuth {
+	if c.noAuth && !clientip.LoopbackListen(c.listen) && !c.publicNoAuth {
 		return a, usagef("--no-auth on %s, which is not a loopback address: anyone who reaches it could lease IDs and move counters; configure a token, listen on 127.0.0.1, or, knowingly, add --insecure-public-no-auth", c.listen)
 	}
 	if c.publicNoAuth && !c.noAuth {
 		return a, usagef("--insecure-public-no-auth goes with --no-auth only")
 	}
 	a.AnyHost = c.publicNoAuth
-	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && isLoopback(c.listen) {
+	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && clientip.LoopbackListen(c.listen) {
 		// Local development out of the box: `ticketd serve` with no database and no token answers on
 		// loopback only, and says so in its log. With a ticket server, or on any other address, a token
 		// (or an explicit --no-auth) is required.
@@ -183,7 +183,7 @@ func (c *serveCmd) validate() error {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
 			return usagef("--metrics-listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:9090", c.metricsListen)
 		}
-		if !isLoopback(c.metricsListen) && !c.metricsPublic {
+		if !clientip.LoopbackListen(c.metricsListen) && !c.metricsPublic {
 			return usagef("--metrics-listen %s is not a loopback address: anyone who reaches it would read every namespace's metrics without a token; "+
 				"listen on 127.0.0.1, let Prometheus send --metrics-token to the API address, or, for a network only the scraper reaches, add --metrics-listen-public", c.metricsListen)
 		}
@@ -224,18 +224,6 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, usagef("--log-level %q must be debug, info, warn or error", s)
 	}
 	return l, nil
-}
-
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
