@@ -55,6 +55,11 @@ type nsCounters struct {
 	recent              *idWindow // IDs per second of the last minute, for the status page
 }
 
+// nsLabel is the label that names a namespace. Not "namespace": Prometheus's Kubernetes discovery adds
+// that label to every series it scrapes, for the Kubernetes namespace (and job, instance, pod and
+// container are a scrape's too); rules and dashboards would group by the wrong one.
+const nsLabel = "ticketd_namespace"
+
 // latencyBuckets are the bucket bounds, in seconds, of the latency histograms.
 var latencyBuckets = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
@@ -77,25 +82,25 @@ func NewMetrics() *Metrics {
 		}, []string{"server", "result"}),
 		ids: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_ids_issued_total", Help: "IDs handed to clients, by namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_blocks_issued_total", Help: "Blocks handed to clients, by namespace and source (cache: carved from a cached segment; backend: leased for the request).",
-		}, []string{"namespace", "source"}),
+		}, []string{nsLabel, "source"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_failovers_total", Help: "Leases that moved on from a failed ticket server to the next, by the server that failed.",
 		}, []string{"from"}),
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_fetches_total", Help: "Segment leases by the cache, by namespace and result.",
-		}, []string{"namespace", "result"}),
+		}, []string{nsLabel, "result"}),
 		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_stalls_total", Help: "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_hedges_total", Help: "Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		hedgesWon: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_hedges_won_total", Help: "Hedged segment leases whose second lease brought a segment first, by namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ticketd_auth_failures_total", Help: "Requests with a wrong or malformed token (the server log names the client addresses).",
 		}),
@@ -261,15 +266,15 @@ type stateCollector struct {
 func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() map[string]uint64) *stateCollector {
 	return &stateCollector{health: h, cache: c, headroom: headroom,
 		remaining: prometheus.NewDesc("ticketd_namespace_ids_remaining",
-			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers whose counter was read.", []string{"namespace"}, nil),
+			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers whose counter was read.", []string{nsLabel}, nil),
 		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
 		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
 		marks: prometheus.NewDesc("ticketd_watermarks_failing",
 			"1 while this process's water marks cannot be written into the ticket server (a missing grant, a full disk): it serves, but the restored-state guard forgets what this process saw when it stops; /readyz and ticketd doctor say why.", []string{"server"}, nil),
-		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{"namespace"}, nil),
-		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{"namespace"}, nil),
-		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{"namespace"}, nil),
+		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{nsLabel}, nil),
+		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{nsLabel}, nil),
+		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{nsLabel}, nil),
 	}
 }
 
