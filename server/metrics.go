@@ -259,14 +259,17 @@ type stateCollector struct {
 	segments  *prometheus.Desc
 	left      *prometheus.Desc
 	size      *prometheus.Desc
-	headroom  func() map[string]uint64 // IDs left below each namespace's ceiling
+	headroom  func() scrapeHeadroom // IDs left below each namespace's ceiling
 	remaining *prometheus.Desc
+	stale     *prometheus.Desc
 }
 
-func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() map[string]uint64) *stateCollector {
+func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() scrapeHeadroom) *stateCollector {
 	return &stateCollector{health: h, cache: c, headroom: headroom,
+		stale: prometheus.NewDesc("ticketd_headroom_stale",
+			"1 when the ticket server's counters could not be read at this scrape, 0 when they were: ticketd_namespace_ids_remaining counts it at the counters it was last read at.", []string{"server"}, nil),
 		remaining: prometheus.NewDesc("ticketd_namespace_ids_remaining",
-			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers whose counter was read.", []string{nsLabel}, nil),
+			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers; a server that cannot be read counts at the counter it was last read at (see ticketd_headroom_stale).", []string{nsLabel}, nil),
 		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
 		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
@@ -286,6 +289,7 @@ func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.left
 	ch <- sc.size
 	ch <- sc.remaining
+	ch <- sc.stale
 }
 
 func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -316,8 +320,16 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if sc.headroom != nil {
-		for name, left := range sc.headroom() {
+		h := sc.headroom()
+		for name, left := range h.left {
 			ch <- prometheus.MustNewConstMetric(sc.remaining, prometheus.GaugeValue, float64(left), name)
+		}
+		for name, stale := range h.stale {
+			v := 0.0
+			if stale {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(sc.stale, prometheus.GaugeValue, v, name)
 		}
 	}
 }
