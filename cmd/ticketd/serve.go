@@ -247,6 +247,9 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := registerPools(metrics.Registry(), backend); err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
 		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst, MaxConns: c.maxConns,
