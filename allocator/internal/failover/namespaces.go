@@ -343,7 +343,7 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 		done = make(chan struct{})
 		set.refreshing[name] = done
 		set.wg.Add(1)
-		go func() {
+		set.cfg.Runtime.Go(func() {
 			defer set.wg.Done()
 			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
 			_, _ = set.refresh(rctx, name, now)
@@ -352,7 +352,7 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 			delete(set.refreshing, name)
 			set.settingsMu.Unlock()
 			close(done)
-		}()
+		})
 	}
 	set.settingsMu.Unlock()
 	t := time.NewTimer(slowSettings)
