@@ -339,10 +339,14 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 		return set.refresh(ctx, name, now)
 	}
 	done := set.refreshing[name]
-	if done == nil && !set.closed.Load() {
+	start := done == nil && !set.closed.Load()
+	if start {
 		done = make(chan struct{})
 		set.refreshing[name] = done
 		set.wg.Add(1)
+	}
+	set.settingsMu.Unlock()
+	if start { // after the unlock: a runtime may run it at once, in this goroutine
 		set.cfg.Runtime.Go(func() {
 			defer set.wg.Done()
 			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
@@ -354,7 +358,6 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 			close(done)
 		})
 	}
-	set.settingsMu.Unlock()
 	t := time.NewTimer(slowSettings)
 	defer t.Stop()
 	select {
