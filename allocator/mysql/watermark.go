@@ -98,7 +98,7 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 	defer cancel()
 	nowUS := now.UnixMicro()
 	for ns, m := range s.marks.Pending(peer.Name()) {
-		err := retryConflicts(ctx, func() error {
+		err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error {
 			_, err := peer.ctl.ExecContext(ctx, markSQL, ns, v.offset, m.Value, nowUS, m.Identity, m.Identity, m.Value, m.Identity, m.Value, nowUS)
 			return err
 		})
@@ -112,7 +112,7 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 		if pc.Span <= 0 {
 			continue
 		}
-		err := retryConflicts(ctx, func() error {
+		err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error {
 			_, err := peer.ctl.ExecContext(ctx, paceSQL, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window,
 				window, pc.Span, window, pc.Span, window, pc.Span, pc.PerSecond, nowUS, window)
 			return err
