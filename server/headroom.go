@@ -37,6 +37,13 @@ const headroomSamples = 16
 type headroom struct {
 	mu     sync.Mutex
 	series map[string]*headroomSeries
+
+	// The last scrape's reading, which scrapes within headroomEvery of it share: a backend read of
+	// every namespace's counters costs a statement or two per server, but a process scraped by
+	// several Prometheus servers (or often) reads them once per headroomEvery.
+	scrapeMu sync.Mutex
+	scrape   scrapeHeadroom
+	scrapeAt time.Time
 }
 
 // headroomSeries is one namespace's samples, taken under one ceiling over one set of servers, and the
@@ -200,9 +207,23 @@ type scrapeHeadroom struct {
 	stale map[string]bool
 }
 
-// headroomOf reads every namespace's counters for the metrics. A namespace whose counters were never
-// read is left out; so are all when the backend does not answer.
+// headroomOf is what a scrape reports of every namespace's headroom, read at most once per
+// headroomEvery. A namespace whose counters were never read is left out; so are all when the backend
+// does not answer.
 func (s *Server) headroomOf() scrapeHeadroom {
+	h := &s.headroom
+	h.scrapeMu.Lock()
+	defer h.scrapeMu.Unlock()
+	now := s.cfg.now()
+	if !h.scrapeAt.IsZero() && now.Sub(h.scrapeAt) < headroomEvery && now.Sub(h.scrapeAt) >= 0 {
+		return h.scrape
+	}
+	h.scrape, h.scrapeAt = s.readHeadroom(), now
+	return h.scrape
+}
+
+// readHeadroom reads every namespace's counters for the metrics (see headroomOf).
+func (s *Server) readHeadroom() scrapeHeadroom {
 	ctx, cancel := context.WithTimeout(context.Background(), headroomTimeout)
 	defer cancel()
 	list, err := s.backend.Namespaces(ctx)
