@@ -19,8 +19,8 @@ const (
 	CodeInvalidToken     = "invalid_token"          // 401: a token that is not configured
 	CodeForbidden        = "forbidden"              // 403: the token is another namespace's, or not the admin's
 	CodeForeignHost      = "foreign_host"           // 403 without authentication: the Host is not a loopback name or address
-	CodeCrossSite        = "cross_site"             // 403 without authentication: a foreign Origin or a cross-site browser request
-	CodeNotJSON          = "unsupported_media_type" // 415 without authentication: a state-changing request not sent as application/json
+	CodeCrossSite        = "cross_site"             // 403: a state-changing request from a foreign Origin, or one the browser marks cross-site
+	CodeNotJSON          = "unsupported_media_type" // 415: a state-changing request not sent as application/json (always without authentication; from a browser with it)
 	CodeNotFound         = "namespace_not_found"    // 404
 	CodeRouteNotFound    = "route_not_found"        // 404: no such endpoint
 	CodeMethodNotAllowed = "method_not_allowed"     // 405

@@ -200,6 +200,7 @@ func (s *Server) routes() *echo.Echo {
 	if s.auth.disabled && !s.cfg.Auth.AnyHost {
 		e.Use(s.guardOpen)
 	}
+	e.Use(s.guardCrossSite)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", s.authenticated(s.metricsRoute))
