@@ -312,7 +312,18 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 	d := s.data
 	switch {
 	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
-		return &rows{cols: make([]string, 8), vals: [][]driver.Value{{s.step, s.offset, int64(1), int64(1), int64(1), "10.11.6-MariaDB-sim", int64(0), s.identity(w)}}}, nil
+		vars := map[string]driver.Value{"auto_increment_increment": s.step, "auto_increment_offset": s.offset,
+			"innodb_flush_log_at_trx_commit": int64(1), "log_bin": int64(1), "sync_binlog": int64(1),
+			"version": "10.11.6-MariaDB-sim", "read_only": int64(0), "server_id": s.identity(w)}
+		names := strings.Split(strings.TrimPrefix(q, "SELECT "), ", ")
+		v := make([]driver.Value, len(names))
+		for i, n := range names {
+			var ok bool
+			if v[i], ok = vars[strings.TrimPrefix(n, "@@GLOBAL.")]; !ok {
+				panic("sim: variable not simulated: " + n)
+			}
+		}
+		return &rows{cols: names, vals: [][]driver.Value{v}}, nil
 	case strings.HasPrefix(q, "SHOW GLOBAL VARIABLES"), strings.HasPrefix(q, "SHOW GLOBAL STATUS"):
 		return &rows{cols: []string{"Variable_name", "Value"}}, nil
 	case q == "SELECT @@GLOBAL.server_id":
