@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ticketd/ticketd/schema"
 )
@@ -182,7 +183,17 @@ func (c *conn) QueryContext(_ context.Context, query string, args []driver.Named
 	return rs, nil
 }
 
-func fold(q string) string { return strings.Join(strings.Fields(q), " ") }
+// folded caches fold: the backend sends a few dozen texts, millions of times.
+var folded sync.Map
+
+func fold(q string) string {
+	if f, ok := folded.Load(q); ok {
+		return f.(string)
+	}
+	f := strings.Join(strings.Fields(q), " ")
+	folded.Store(q, f)
+	return f
+}
 
 func values(args []driver.NamedValue) []driver.Value {
 	out := make([]driver.Value, len(args))

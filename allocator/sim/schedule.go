@@ -472,12 +472,12 @@ func (w *World) settle() {
 			w.startProc(i)
 		}
 	}
-	w.advance(3 * interval)
+	w.advance(2 * interval)
 	for range 3 {
 		w.repair()
-		w.advance(2 * interval)
+		w.advance(interval + interval/2)
 	}
-	w.advance(3 * interval)
+	w.advance(2 * interval)
 	w.checkFences()
 	for _, p := range w.procs {
 		if p == nil {
