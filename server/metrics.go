@@ -18,7 +18,9 @@ import (
 // to give the backend (mysql.Config.Observer), so that lease latency is recorded per ticket server.
 // Safe for concurrent use; one Metrics serves one Server.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg         *prometheus.Registry
+	handlerOnce sync.Once
+	handler     http.Handler
 
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
@@ -55,6 +57,11 @@ type nsCounters struct {
 	recent              *idWindow // IDs per second of the last minute, for the status page
 }
 
+// nsLabel is the label that names a namespace. Not "namespace": Prometheus's Kubernetes discovery adds
+// that label to every series it scrapes, for the Kubernetes namespace (and job, instance, pod and
+// container are a scrape's too); rules and dashboards would group by the wrong one.
+const nsLabel = "ticketd_namespace"
+
 // latencyBuckets are the bucket bounds, in seconds, of the latency histograms.
 var latencyBuckets = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
@@ -77,25 +84,25 @@ func NewMetrics() *Metrics {
 		}, []string{"server", "result"}),
 		ids: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_ids_issued_total", Help: "IDs handed to clients, by namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_blocks_issued_total", Help: "Blocks handed to clients, by namespace and source (cache: carved from a cached segment; backend: leased for the request).",
-		}, []string{"namespace", "source"}),
+		}, []string{nsLabel, "source"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_failovers_total", Help: "Leases that moved on from a failed ticket server to the next, by the server that failed.",
 		}, []string{"from"}),
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_fetches_total", Help: "Segment leases by the cache, by namespace and result.",
-		}, []string{"namespace", "result"}),
+		}, []string{nsLabel, "result"}),
 		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_stalls_total", Help: "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_hedges_total", Help: "Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		hedgesWon: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_cache_hedges_won_total", Help: "Hedged segment leases whose second lease brought a segment first, by namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ticketd_auth_failures_total", Help: "Requests with a wrong or malformed token (the server log names the client addresses).",
 		}),
@@ -119,8 +126,16 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	m.handlerOnce.Do(func() {
+		// Each scrape reads every namespace's state; a few at once are enough for any scraper, and
+		// more are answered 503 at once instead of piling up.
+		m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapesInFlight})
+	})
+	return m.handler
 }
+
+// maxScrapesInFlight bounds the scrapes served at once.
+const maxScrapesInFlight = 4
 
 // ObserveLease records one lease attempt on a ticket server.
 func (m *Metrics) ObserveLease(server string, took time.Duration, err error) {
@@ -254,22 +269,25 @@ type stateCollector struct {
 	segments  *prometheus.Desc
 	left      *prometheus.Desc
 	size      *prometheus.Desc
-	headroom  func() map[string]uint64 // IDs left below each namespace's ceiling
+	headroom  func() scrapeHeadroom // IDs left below each namespace's ceiling
 	remaining *prometheus.Desc
+	stale     *prometheus.Desc
 }
 
-func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() map[string]uint64) *stateCollector {
+func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() scrapeHeadroom) *stateCollector {
 	return &stateCollector{health: h, cache: c, headroom: headroom,
+		stale: prometheus.NewDesc("ticketd_headroom_stale",
+			"1 when the ticket server's counters could not be read at this scrape, 0 when they were: ticketd_namespace_ids_remaining counts it at the counters it was last read at.", []string{"server"}, nil),
 		remaining: prometheus.NewDesc("ticketd_namespace_ids_remaining",
-			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers whose counter was read.", []string{"namespace"}, nil),
+			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers; a server that cannot be read counts at the counter it was last read at (see ticketd_headroom_stale).", []string{nsLabel}, nil),
 		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
 		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
 		marks: prometheus.NewDesc("ticketd_watermarks_failing",
 			"1 while this process's water marks cannot be written into the ticket server (a missing grant, a full disk): it serves, but the restored-state guard forgets what this process saw when it stops; /readyz and ticketd doctor say why.", []string{"server"}, nil),
-		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{"namespace"}, nil),
-		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{"namespace"}, nil),
-		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{"namespace"}, nil),
+		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{nsLabel}, nil),
+		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{nsLabel}, nil),
+		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{nsLabel}, nil),
 	}
 }
 
@@ -281,6 +299,7 @@ func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.left
 	ch <- sc.size
 	ch <- sc.remaining
+	ch <- sc.stale
 }
 
 func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -311,8 +330,16 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if sc.headroom != nil {
-		for name, left := range sc.headroom() {
+		h := sc.headroom()
+		for name, left := range h.left {
 			ch <- prometheus.MustNewConstMetric(sc.remaining, prometheus.GaugeValue, float64(left), name)
+		}
+		for name, stale := range h.stale {
+			v := 0.0
+			if stale {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(sc.stale, prometheus.GaugeValue, v, name)
 		}
 	}
 }

@@ -455,3 +455,19 @@ func (p *Store) checkCeiling(ctx context.Context, namespace string) error {
 	return fmt.Errorf("%w: a ticketd of an older release leased namespace %q within the last %s (its lease rates on %s): it does not keep leases below max_id, so no ceiling is set while it runs; replace every ticketd process with this release first (see the upgrade procedure in the docs), then set the ceiling",
 		allocator.ErrUnavailable, namespace, olderLeaseWindow, strings.Join(seen, ", "))
 }
+
+// Pool is one of a ticket server's connection pools: Use is "lease" (the leases) or "control" (checks,
+// settings and water marks).
+type Pool struct {
+	Server, Use string
+	DB          *sql.DB
+}
+
+// Pools returns every server's connection pools, for their statistics (sql.DB.Stats).
+func (p *Store) Pools() []Pool {
+	var out []Pool
+	for _, s := range p.set.All() {
+		out = append(out, Pool{Server: s.Name(), Use: "lease", DB: s.db}, Pool{Server: s.Name(), Use: "control", DB: s.ctl})
+	}
+	return out
+}

@@ -336,10 +336,14 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.ns.MaxBlockSize)
 	}
+	maxID := settings.ns.WithDefaults().MaxID
+	if latest, err := p.set.Latest(ctx, namespace); err == nil {
+		maxID = min(maxID, latest.ns.WithDefaults().MaxID)
+	}
 	base := max(res.Watermark, res.Before)
-	target, ok := failover.FirstAtLeast(base+min(res.Margin, 1<<62), v.increment, v.offset)
-	if !ok || base > 1<<62 {
-		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, s.Name())
+	target, clamped := failover.RepairTarget(base, res.Margin, v.increment, v.offset, maxID)
+	if clamped {
+		res.MarginWhy += "; " + failover.ClampedMargin(s.Name(), maxID)
 	}
 	if missing {
 		_, err = s.insertRow(ctx, v, settings, target)
