@@ -393,16 +393,17 @@ func (w *World) settings() {
 	w.logf("admin: %s (max_id %d, start %d, block %d)%s: done", kind, ns.MaxID, got.Start, ns.BlockSize, cut)
 }
 
-// repair runs the repair one process's fence message asks for.
+// repair runs the repairs the processes' fence messages ask for, each once.
 func (w *World) repair() {
+	done := map[string]bool{}
 	for _, p := range w.procs {
 		if p == nil {
 			continue
 		}
 		for _, h := range p.store.Health() {
-			if m := fenceCmd.FindStringSubmatch(h.Error); h.Fenced && m != nil {
+			if m := fenceCmd.FindStringSubmatch(h.Error); h.Fenced && m != nil && !done[m[0]] {
+				done[m[0]] = true
 				w.repairAs(m[1], m[2])
-				return
 			}
 		}
 	}
@@ -430,7 +431,9 @@ func (w *World) repairAs(ns, name string) {
 		w.logf("admin: repair %s --server %s: %s", ns, name, short(err))
 		return
 	}
-	s.wentBack, s.cleanSince = time.Time{}, w.now
+	if !w.exhausted(s) { // at max_id, a repair moves nothing: the server stays as it came back
+		s.wentBack, s.cleanSince = time.Time{}, w.now
+	}
 	w.logf("admin: repair %s --server %s: %d -> %d (mark %d, margin %d)", ns, name, res.Before, res.After, res.Watermark, res.Margin)
 }
 
@@ -472,12 +475,12 @@ func (w *World) settle() {
 			w.startProc(i)
 		}
 	}
-	w.advance(3 * interval)
+	w.advance(2 * interval)
 	for range 3 {
 		w.repair()
-		w.advance(2 * interval)
+		w.advance(interval + interval/2)
 	}
-	w.advance(3 * interval)
+	w.advance(2 * interval)
 	w.checkFences()
 	for _, p := range w.procs {
 		if p == nil {
@@ -486,6 +489,8 @@ func (w *World) settle() {
 		}
 		for _, h := range p.store.Health() {
 			switch {
+			case w.exhausted(w.server(h.Name)):
+				// Nothing left to issue: a repair stops at max_id, and what it says then is the check.
 			case h.Fenced:
 				w.fail("%s still fences %s after the repairs: %s", p.name, h.Name, h.Error)
 			case !h.Healthy:
@@ -504,6 +509,12 @@ func (w *World) settle() {
 			}
 		}
 	}
+}
+
+// exhausted reports whether a server has no ID left below the namespace's max_id.
+func (w *World) exhausted(s *Server) bool {
+	r := s.data.rows[rowKey{namespace, s.offset}]
+	return r != nil && r.next > min(r.maxID, w.ns.MaxID)
 }
 
 // short is the first words of an error: what the trace shows.
