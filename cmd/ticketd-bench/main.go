@@ -114,7 +114,7 @@ func (m *Main) help(fs *flag.FlagSet, info commandInfo) {
 		for _, name := range []string{"chaos", "scale", "sim"} {
 			fmt.Fprintf(m.Stderr, "  %-18s %s\n", name, strings.TrimSpace(strings.SplitAfter(commands[name].summary, ". ")[0]))
 		}
-		fmt.Fprintf(m.Stderr, "\nRun `ticketd-bench COMMAND --help` for its flags.\n")
+		fmt.Fprintf(m.Stderr, "\nRun `ticketd-bench chaos --help`, `ticketd-bench scale --help` or `ticketd-bench sim --help` for their flags.\n")
 	}
 	cliflag.PrintFlags(m.Stderr, fs, false)
 }
