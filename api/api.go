@@ -151,8 +151,17 @@ type Namespace struct {
 	IDsRemaining *string `json:"ids_remaining"`
 	// ExhaustsAt is when the namespace reaches max_id at the last hour's issue rate; null when that rate
 	// is zero (or not known yet) or the date is past the year 9999.
-	ExhaustsAt *time.Time              `json:"exhausts_at"`
-	Servers    []allocator.ServerState `json:"servers"`
+	ExhaustsAt *time.Time `json:"exhausts_at"`
+	// StaleCounters are the servers that could not be read: ids_remaining counts each at the counter it
+	// was last read at, when. Left out when every server was read.
+	StaleCounters []StaleCounter          `json:"stale_counters,omitempty"`
+	Servers       []allocator.ServerState `json:"servers"`
+}
+
+// StaleCounter is a ticket server whose counter could not be read, counted at the one last read.
+type StaleCounter struct {
+	Server string    `json:"server"`
+	SeenAt time.Time `json:"seen_at"`
 }
 
 // FromNamespace converts a namespace to its wire form; ExhaustsAt is left for the caller, who knows

@@ -383,6 +383,7 @@ func (c *Client) fill(ctx context.Context, dst []int64) (int, error) {
 		if !stalled && c.count.refills > 0 { // waiting for the first block is start-up, not a stall
 			stalled = true
 			c.count.stalls++
+			c.cfg.hooks.stall()
 		}
 		c.startLeasesLocked()
 		ch := c.waiters.avail
@@ -536,6 +537,7 @@ func (c *Client) revokeLocked(l *lease) {
 		return
 	}
 	c.count.discarded += left
+	c.cfg.hooks.discard(left, DiscardExpired)
 	for i := range c.shards {
 		s := &c.shards[i]
 		r := s.run.Load()
@@ -545,6 +547,7 @@ func (c *Client) revokeLocked(l *lease) {
 		claimed, left := s.drain(r)
 		c.count.served += claimed
 		c.count.discarded += left
+		c.cfg.hooks.discard(left, DiscardExpired)
 	}
 	c.startLeasesLocked()
 }

@@ -101,6 +101,7 @@ func (c *Client) hedgeRefill(r *refill) {
 		}
 		c.hedge.sent++
 		r.hedged = true
+		c.cfg.hooks.hedge(false)
 	}
 	r.open++
 	c.life.wg.Add(1)
@@ -132,6 +133,7 @@ func (c *Client) settleLocked(r *refill, hedge bool, err error) bool {
 	r.stopHedge()
 	if hedge && err == nil {
 		c.hedge.won++
+		c.cfg.hooks.hedge(true)
 	}
 	return true
 }
@@ -141,18 +143,21 @@ func (c *Client) settleLocked(r *refill, hedge bool, err error) bool {
 // block, or the mark and WithRefillInterval's worth of IDs at the current rate when blocks are capped
 // below that. Otherwise, or when it overlaps a block already received, it is dropped: a gap, never
 // served.
-func (c *Client) spareLocked(blk Block, useBy time.Time, now time.Time) {
+func (c *Client) spareLocked(blk Block, useBy time.Time, now time.Time, took time.Duration) {
 	if c.life.closed {
 		return
 	}
 	if err := c.ledger.overlap(blk); err != nil {
 		c.count.refillErrors++
+		c.cfg.hooks.refill(0, took, err)
 		return
 	}
 	if c.ledger.uncarved+c.flight.ids >= c.size.full(c.cfg.refillInterval) {
 		c.count.discarded += blk.Size
+		c.cfg.hooks.discard(blk.Size, DiscardSpare)
 		return
 	}
 	c.count.refills++
+	c.cfg.hooks.refill(blk.Size, took, nil)
 	c.cacheLocked(blk, useBy, now)
 }

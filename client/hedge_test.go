@@ -154,8 +154,9 @@ func TestLowWaterMarkCoversTheHedgeDelay(t *testing.T) {
 func TestHedgeAroundAHungURL(t *testing.T) {
 	fake := newFake(testNS{Name: "h", BlockSize: 50, MaxBlockSize: 50})
 	hung, ok := startHanging(t, fake), startHanging(t, fake)
+	var rec hookRecord
 	c := newClient(t, HTTP(hung.srv.URL, ok.srv.URL), "h", WithRequestTimeout(time.Minute),
-		WithHedgeDelay(10*time.Millisecond), WithBackoff(time.Millisecond, 20*time.Millisecond))
+		WithHedgeDelay(10*time.Millisecond), WithBackoff(time.Millisecond, 20*time.Millisecond), WithHooks(rec.hooks()))
 	set := newIDSet()
 	add := set.adder()
 	var n int64
@@ -210,6 +211,12 @@ func TestHedgeAroundAHungURL(t *testing.T) {
 		n++
 	}
 	set.check(t, n)
+	// The hooks were told of every hedge, win, refill and spare dropped.
+	eventually(t, "the hooks told what Stats counts", func() bool { return rec.matches(c.Stats()) })
+	if rec.mu.Lock(); rec.hedges == 0 || rec.hedgesWon == 0 {
+		t.Fatalf("the hooks saw %d hedges, %d won", rec.hedges, rec.hedgesWon)
+	}
+	rec.mu.Unlock()
 	t.Logf("%d IDs; %d refills, %d slow, %d hedges, %d won, %d IDs dropped; endpoints %+v", n, st.Refills,
 		st.SlowRefills, st.Hedges, st.HedgesWon, st.Discarded, st.Endpoints)
 }
@@ -240,7 +247,7 @@ func TestSpares(t *testing.T) {
 				size: sizing{lowWater: tc.lowWater, lastSize: 100, rate: tc.rate}, life: lifecycle{closed: tc.closed}}
 			c.cacheLocked(blk(101), time.Time{}, c.cfg.clock.Now())
 			c.ledger.uncarved = tc.cached
-			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now())
+			c.spareLocked(tc.spare, time.Time{}, c.cfg.clock.Now(), 0)
 			if got := c.ledger.uncarved - tc.cached; got != tc.kept || c.count.discarded != tc.dropped || c.count.refillErrors != tc.errs {
 				t.Fatalf("kept %d, dropped %d, errors %d; want %d, %d, %d", got, c.count.discarded, c.count.refillErrors, tc.kept, tc.dropped, tc.errs)
 			}

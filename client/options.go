@@ -24,6 +24,7 @@ type config struct {
 	backoffMax     time.Duration
 	maxInFlight    int
 	hedgeDelay     time.Duration // 0: derived from recent requests
+	hooks          Hooks
 
 	clock  clock
 	jitter func() float64 // in [0, 1)

@@ -68,7 +68,7 @@ func (c *Client) request(r *refill, hedge bool) {
 	if !c.settleLocked(r, hedge, err) {
 		switch {
 		case err == nil && r.settled:
-			c.spareLocked(blk, useBy, now)
+			c.spareLocked(blk, useBy, now, now.Sub(start))
 		case err != nil && hedge:
 			c.rehedgeLocked(r)
 		}
@@ -107,6 +107,7 @@ func (c *Client) finishLocked(blk Block, useBy time.Time, err error, size int64,
 	now := c.cfg.clock.Now()
 	if err != nil {
 		c.count.refillErrors++
+		c.cfg.hooks.refill(0, took, err)
 		c.retrying.lastErr = err
 		if errors.Is(err, ErrInvalidSize) && size > 1 && !errors.Is(err, ErrBadResponse) {
 			// The namespace's maximum is below what we asked; ask for less, at once.
@@ -132,6 +133,7 @@ func (c *Client) finishLocked(blk Block, useBy time.Time, err error, size int64,
 	c.retrying.succeeded()
 	c.size.noteLatency(took, now, c.count.refills == 0)
 	c.count.refills++
+	c.cfg.hooks.refill(blk.Size, took, nil)
 	c.size.noteBlock(blk.Size, useBy, now)
 	c.setLowWaterLocked()
 	c.cacheLocked(blk, useBy, now)

@@ -310,3 +310,25 @@ func seriesNames(t *testing.T, url string) map[string]bool {
 	}
 	return out
 }
+
+// namespaceLabel finds the label "namespace" where PromQL, a rule test or a template names a label:
+// in a by/without list, a matcher or a series, a rule test's labels, {{namespace}} and $labels.namespace.
+var namespaceLabel = regexp.MustCompile(`\$labels\.namespace\b|\{\{\s*namespace\s*\}\}|\b(?:by|without)\s*\([^)]*\bnamespace\b[^)]*\)|[{,]\s*namespace\s*(?:=|!=|=~|!~)|(?m)^\s*namespace:`)
+
+// TestMonitoringUsesTicketdNamespace: the rules, their tests and the dashboard name a namespace by
+// ticketd_namespace, never by "namespace", which Prometheus's Kubernetes discovery adds to every series
+// for the Kubernetes namespace: grouped by it, every alert and panel would be about the wrong one.
+func TestMonitoringUsesTicketdNamespace(t *testing.T) {
+	for _, path := range []string{"prometheus/alerts.yml", "prometheus/alerts_test.yml", "grafana/ticketd.json"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range namespaceLabel.FindAllString(string(b), -1) {
+			t.Errorf("%s names the label \"namespace\" in %q; ticketd's label is ticketd_namespace", path, m)
+		}
+		if !strings.Contains(string(b), "ticketd_namespace") {
+			t.Errorf("%s does not name ticketd_namespace", path)
+		}
+	}
+}

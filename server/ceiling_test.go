@@ -98,7 +98,7 @@ func TestCeilingThroughTheAPI(t *testing.T) {
 		t.Fatalf("max_id below the highest issued: %d %s", w.Code, w.Body.String())
 	}
 	metrics := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
-	if !strings.Contains(metrics, `ticketd_namespace_ids_remaining{namespace="small"} 0`) {
+	if !strings.Contains(metrics, `ticketd_namespace_ids_remaining{ticketd_namespace="small"} 0`) {
 		t.Fatalf("no headroom gauge of 0 in the metrics:\n%s", metrics)
 	}
 	page := section(t, s.do(t, request{method: "GET", path: "/", token: adminTok}).Body.String(), "small")

@@ -154,7 +154,7 @@ func TestAnonymousCallersLearnNothing(t *testing.T) {
 		if w.Code != c.want {
 			t.Errorf("/metrics with token %q: %d, want %d", c.tok, w.Code, c.want)
 		}
-		if c.want == 200 && !strings.Contains(w.Body.String(), `ticketd_ids_issued_total{namespace="orders"}`) {
+		if c.want == 200 && !strings.Contains(w.Body.String(), `ticketd_ids_issued_total{ticketd_namespace="orders"}`) {
 			t.Errorf("/metrics with token %q lacks the namespaces' counters", c.tok)
 		}
 		if c.want != 200 && strings.Contains(w.Body.String(), "orders") {

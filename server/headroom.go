@@ -3,10 +3,14 @@ package server
 import (
 	"context"
 	"math"
+	"math/bits"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/api"
 )
 
 // headroomWindow is how far back the issue rate behind a namespace's forecast looks.
@@ -19,17 +23,47 @@ const headroomEvery = 10 * time.Second
 // warnBefore is how close a forecast exhaustion turns the status page red.
 const warnBefore = 30 * 24 * time.Hour
 
+// headroomSamples bounds the samples a namespace keeps for its forecast: past it, every other sample
+// between the oldest and the newest is dropped, so the oldest still spans the window while an idle
+// namespace's memory stays small however often it is read.
+const headroomSamples = 16
+
 // headroom remembers, per namespace, how many IDs were left below its ceiling when this server read its
 // counters in the last hour, and forecasts from them when it runs out. The counters are every
-// process's, so the rate is the whole namespace's, not this replica's. Safe for concurrent use.
+// process's, so the rate is the whole namespace's, not this replica's. A ticket server that cannot be
+// read counts at the counter it was last read at (stale, and said so), so that an outage never looks
+// like IDs issued; a change of the ceiling, or of the servers counted, starts a new series. Safe for
+// concurrent use.
 type headroom struct {
-	mu      sync.Mutex
-	samples map[string][]headroomSample // oldest first
+	mu     sync.Mutex
+	series map[string]*headroomSeries
+
+	// The last scrape's reading, which scrapes within headroomEvery of it share: a backend read of
+	// every namespace's counters costs a statement or two per server, but a process scraped by
+	// several Prometheus servers (or often) reads them once per headroomEvery.
+	scrapeMu sync.Mutex
+	scrape   scrapeHeadroom
+	scrapeAt time.Time
+}
+
+// headroomSeries is one namespace's samples, taken under one ceiling over one set of servers, and the
+// counter each server was last read at.
+type headroomSeries struct {
+	maxID   int64
+	servers string // the servers the samples count, sorted and joined
+	samples []headroomSample
+	seen    map[string]seenCounter
 }
 
 type headroomSample struct {
 	at   time.Time
 	left uint64
+}
+
+// seenCounter is a ticket server's counter for a namespace as last read, and when.
+type seenCounter struct {
+	next, step int64
+	at         time.Time
 }
 
 // forecast is a namespace's headroom as the API and the status page show it.
@@ -43,6 +77,10 @@ type forecast struct {
 	At time.Time
 	// Fraction is the part of the namespace's range (start to max_id) still left, from 0 to 1.
 	Fraction float64
+	// Stale are the servers that could not be read, counted at their last counter.
+	Stale []api.StaleCounter
+	// Unread are the servers never read by this process, not counted at all (Left is a lower bound).
+	Unread []string
 }
 
 // Soon reports whether the forecast exhaustion is within warnBefore of now (or already reached).
@@ -52,45 +90,108 @@ func (f forecast) Soon(now time.Time) bool {
 
 // observe records ns's headroom read at now and returns the forecast.
 func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
-	left, ok := ns.IDsRemaining()
-	if !ok {
-		return forecast{}
-	}
 	d := ns.WithDefaults()
-	f := forecast{Left: left, Known: true, Fraction: 1}
-	if span := float64(d.MaxID) - float64(d.Start) + 1; span > 0 {
-		f.Fraction = min(1, float64(left)/span)
-	}
 	h.mu.Lock()
-	if h.samples == nil {
-		h.samples = map[string][]headroomSample{}
+	defer h.mu.Unlock()
+	if h.series == nil {
+		h.series = map[string]*headroomSeries{}
 	}
-	list := h.samples[ns.Name]
+	sr := h.series[ns.Name]
+	if sr == nil {
+		sr = &headroomSeries{seen: map[string]seenCounter{}}
+		h.series[ns.Name] = sr
+	}
+	var f forecast
+	var counted []string
+	listed := make(map[string]bool, len(ns.Servers))
+	count := func(name string, c seenCounter) {
+		sum, carry := bits.Add64(f.Left, allocator.Remaining(c.next, c.step, d.MaxID), 0)
+		if carry != 0 {
+			sum = math.MaxUint64
+		}
+		f.Left, f.Known = sum, true
+		counted = append(counted, name)
+	}
+	for _, st := range ns.Servers {
+		listed[st.Server] = true
+		if st.Next >= 1 && st.Step >= 1 {
+			c := seenCounter{next: st.Next, step: st.Step, at: now}
+			sr.seen[st.Server] = c
+			count(st.Server, c)
+		} else if c, ok := sr.seen[st.Server]; ok {
+			f.Stale = append(f.Stale, api.StaleCounter{Server: st.Server, SeenAt: c.at})
+			count(st.Server, c)
+		} else {
+			f.Unread = append(f.Unread, st.Server)
+		}
+	}
+	for name, c := range sr.seen { // a server the backend did not list this time
+		if !listed[name] {
+			f.Stale = append(f.Stale, api.StaleCounter{Server: name, SeenAt: c.at})
+			count(name, c)
+		}
+	}
+	if !f.Known {
+		return f
+	}
+	sort.Strings(counted)
+	sort.Slice(f.Stale, func(i, j int) bool { return f.Stale[i].Server < f.Stale[j].Server })
+	f.Fraction = 1
+	if span := float64(d.MaxID) - float64(d.Start) + 1; span > 0 {
+		f.Fraction = min(1, float64(f.Left)/span)
+	}
+	if servers := strings.Join(counted, ","); sr.maxID != d.MaxID || sr.servers != servers {
+		// Another ceiling, or other servers counted: the IDs left before are not comparable.
+		sr.maxID, sr.servers, sr.samples = d.MaxID, servers, sr.samples[:0]
+	}
+	list := sr.samples
 	cut := 0
 	for cut < len(list)-1 && now.Sub(list[cut+1].at) >= headroomWindow {
 		cut++ // keep one sample at or past the window's start, so the rate spans the whole hour
 	}
 	list = list[cut:]
-	if n := len(list); n > 0 && left > list[n-1].left {
-		list = list[:0] // the ceiling was raised: the rate starts again
+	if n := len(list); n > 0 && f.Left > list[n-1].left {
+		list = list[:0] // more left than before (a start or counter never goes back): start again
 	}
 	var oldest headroomSample
 	if len(list) > 0 {
 		oldest = list[0]
 	}
 	if n := len(list); n == 0 || now.Sub(list[n-1].at) >= headroomEvery {
-		list = append(list, headroomSample{at: now, left: left})
+		list = append(list, headroomSample{at: now, left: f.Left})
 	}
-	h.samples[ns.Name] = list
-	h.mu.Unlock()
+	if len(list) > headroomSamples {
+		list = thin(list)
+	}
+	sr.samples = list
 
-	if elapsed := now.Sub(oldest.at).Seconds(); !oldest.at.IsZero() && elapsed > 0 && oldest.left > left {
-		f.PerSecond = float64(oldest.left-left) / elapsed
-		if end := float64(now.Unix()) + float64(left)/f.PerSecond; end < float64(maxForecast.Unix()) {
+	if elapsed := now.Sub(oldest.at).Seconds(); !oldest.at.IsZero() && elapsed > 0 && oldest.left > f.Left {
+		f.PerSecond = float64(oldest.left-f.Left) / elapsed
+		if end := float64(now.Unix()) + float64(f.Left)/f.PerSecond; end < float64(maxForecast.Unix()) {
 			f.At = time.Unix(int64(math.Ceil(end)), 0).UTC()
 		}
 	}
 	return f
+}
+
+// thin drops every other sample between the oldest and the newest, in place.
+func thin(list []headroomSample) []headroomSample {
+	out := list[:1]
+	for i := 1; i < len(list)-1; i += 2 {
+		out = append(out, list[i])
+	}
+	return append(out, list[len(list)-1])
+}
+
+// forget drops what is remembered of the namespaces not in keep.
+func (h *headroom) forget(keep map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name := range h.series {
+		if !keep[name] {
+			delete(h.series, name)
+		}
+	}
 }
 
 // maxForecast is the first instant RFC 3339 cannot write: the year 10000.
@@ -99,22 +200,54 @@ var maxForecast = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 // headroomTimeout bounds the backend read of a scrape's headroom gauges.
 const headroomTimeout = 5 * time.Second
 
-// headroomOf reads every namespace's counters for the metrics: the IDs each has left below its
-// ceiling. A namespace whose counters could not be read is left out; so are all when the backend does
-// not answer.
-func (s *Server) headroomOf() map[string]uint64 {
+// scrapeHeadroom is what a scrape reports of the namespaces' headroom: the IDs each has left below
+// its ceiling, and the servers counted at an earlier read because they could not be read now.
+type scrapeHeadroom struct {
+	left  map[string]uint64
+	stale map[string]bool
+}
+
+// headroomOf is what a scrape reports of every namespace's headroom, read at most once per
+// headroomEvery. A namespace whose counters were never read is left out; so are all when the backend
+// does not answer.
+func (s *Server) headroomOf() scrapeHeadroom {
+	h := &s.headroom
+	h.scrapeMu.Lock()
+	defer h.scrapeMu.Unlock()
+	now := s.cfg.now()
+	if !h.scrapeAt.IsZero() && now.Sub(h.scrapeAt) < headroomEvery && now.Sub(h.scrapeAt) >= 0 {
+		return h.scrape
+	}
+	h.scrape, h.scrapeAt = s.readHeadroom(), now
+	return h.scrape
+}
+
+// readHeadroom reads every namespace's counters for the metrics (see headroomOf).
+func (s *Server) readHeadroom() scrapeHeadroom {
 	ctx, cancel := context.WithTimeout(context.Background(), headroomTimeout)
 	defer cancel()
 	list, err := s.backend.Namespaces(ctx)
 	if err != nil {
 		s.logger.Debug("could not read the namespaces' headroom for the metrics", "err", err)
-		return nil
+		return scrapeHeadroom{}
 	}
-	out := make(map[string]uint64, len(list))
+	out := scrapeHeadroom{left: make(map[string]uint64, len(list)), stale: map[string]bool{}}
+	keep := make(map[string]bool, len(list))
 	for _, ns := range list {
-		if f := s.headroom.observe(ns, s.cfg.now()); f.Known {
-			out[ns.Name] = f.Left
+		keep[ns.Name] = true
+		f := s.headroom.observe(ns, s.cfg.now())
+		if f.Known {
+			out.left[ns.Name] = f.Left
+		}
+		for _, st := range ns.Servers {
+			if _, ok := out.stale[st.Server]; !ok {
+				out.stale[st.Server] = false
+			}
+		}
+		for _, st := range f.Stale {
+			out.stale[st.Server] = true
 		}
 	}
+	s.headroom.forget(keep)
 	return out
 }

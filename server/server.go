@@ -510,7 +510,12 @@ func (s *Server) getNamespace(c echo.Context, caller identity) error {
 // wireNamespace is a namespace's wire form with its forecast exhaustion.
 func (s *Server) wireNamespace(ns allocator.Namespace) api.Namespace {
 	out := api.FromNamespace(ns)
-	if f := s.headroom.observe(ns, s.cfg.now()); !f.At.IsZero() {
+	f := s.headroom.observe(ns, s.cfg.now())
+	if f.Known {
+		left := strconv.FormatUint(f.Left, 10)
+		out.IDsRemaining, out.StaleCounters = &left, f.Stale
+	}
+	if !f.At.IsZero() {
 		out.ExhaustsAt = &f.At
 	}
 	return out

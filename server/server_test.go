@@ -645,18 +645,19 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`ticketd_http_requests_total{method="POST",route="/v1/namespaces/:ns/blocks",status="200"} 4`,
 		`ticketd_http_requests_total{method="POST",route="/v1/namespaces/:ns/blocks",status="403"} 1`,
-		`ticketd_ids_issued_total{namespace="orders"} 421`,
-		`ticketd_blocks_issued_total{namespace="orders",source="cache"} 3`,
-		`ticketd_blocks_issued_total{namespace="orders",source="backend"} 1`,
+		`ticketd_ids_issued_total{ticketd_namespace="orders"} 421`,
+		`ticketd_blocks_issued_total{source="cache",ticketd_namespace="orders"} 3`,
+		`ticketd_blocks_issued_total{source="backend",ticketd_namespace="orders"} 1`,
 		`ticketd_lease_duration_seconds_count{result="ok",server="a"} 1`,
 		`ticketd_lease_duration_seconds_count{result="error",server="b"} 1`,
 		`ticketd_failovers_total{from="b"} 1`,
 		`ticketd_ticket_server_up{server="a"} 1`,
 		`ticketd_ticket_server_up{server="b"} 0`,
-		`ticketd_cache_segments{namespace="orders"}`,
-		`ticketd_cache_remaining_ids{namespace="orders"}`,
-		`ticketd_cache_fetches_total{namespace="orders",result="ok"}`,
-		`ticketd_cache_stalls_total{namespace="orders"} 1`, // the first request finds the cache empty
+		"ticketd_cache_segments 1",
+		"ticketd_cache_namespaces 1",
+		"ticketd_cache_remaining_ids ",
+		`ticketd_cache_fetches_total{result="ok",ticketd_namespace="orders"}`,
+		`ticketd_cache_stalls_total{ticketd_namespace="orders"} 1`, // the first request finds the cache empty
 		`ticketd_http_request_duration_seconds_count{route="/v1/namespaces/:ns/blocks"} 5`,
 		`method="other"`,
 	} {

@@ -76,7 +76,48 @@ func RunOperatorFaults(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("CeilingRaisedWhileServerDownAndHolderDownAtReturn", func(t *testing.T) {
 		runCeilingRaised(t, newFleet(t), true)
 	})
+	t.Run("ForcedRepairStopsAtMaxID", func(t *testing.T) {
+		runForcedRepairAtCeiling(t, newFleet(t))
+	})
 	fleetCases(t, newFleet)
+}
+
+// runForcedRepairAtCeiling: a forced repair of B with the default margin (ten blocks of max_block_size
+// at least, far past a small max_id) moves B's counter just past the ceiling, not beyond it, and says
+// that B has nothing left to issue safely; A issues the rest, every ID once, and the end names the
+// namespace's max_id.
+func runForcedRepairAtCeiling(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p1 := r.open(f)
+	const ceiling = 1000
+	if _, err := p1.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: ceiling}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p1, a, 2)
+	r.leaseFrom(p1, b, 2)
+	res, err := p1.(allocator.Repairer).Repair(r.ctx, "orders", b, allocator.RepairOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.After <= ceiling || res.After > ceiling+2 {
+		t.Fatalf("a forced repair moved %s's counter from %d to %d (margin %d: %s); want it just past max_id %d",
+			b, res.Before, res.After, res.Margin, res.MarginWhy, ceiling)
+	}
+	if !strings.Contains(res.MarginWhy, "nothing left to issue safely") || !strings.Contains(res.MarginWhy, "max_id 1000") {
+		t.Fatalf("the repair's margin says %q; want it to say that %s has nothing left below max_id %d", res.MarginWhy, b, ceiling)
+	}
+	more, err := leaseToEnd(r.ctx, p1, "orders", 10)
+	r.blocks = append(r.blocks, more...)
+	if !errors.Is(err, allocator.ErrExhausted) || !strings.Contains(err.Error(), "max_id 1000") || strings.Contains(err.Error(), "9223372036854775807") {
+		t.Fatalf("leasing to the end: %v; want ErrExhausted naming max_id %d", err, ceiling)
+	}
+	r.disjoint()
+	for _, blk := range r.blocks {
+		if last, _ := blk.Last(); last > ceiling {
+			t.Fatalf("block %v passes max_id %d", blk, ceiling)
+		}
+	}
 }
 
 // runCeilingRaised: with server B down, a lower max_id is refused (what B issued is unknown) and a

@@ -6,6 +6,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer, if set, sees every lease attempt.
 	Observer allocator.Observer
+	// Connectors, when set, reach the servers instead of DSNs, one per server in the same order, with
+	// Names: a seam for a simulation of the servers, which answers the statements of this package.
+	Connectors []driver.Connector
+	// Runtime is the clock, randomness and background work of the servers' failover set and of
+	// every wait (see allocator.Runtime). Default the real ones.
+	Runtime allocator.Runtime
 
 	now func() time.Time
 	// beforeChange runs before each server takes a namespace change (see failover.Config), and
@@ -49,13 +56,25 @@ func (c Config) withDefaults() Config {
 	c.Failover = c.Failover.WithDefaults()
 	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
+		c.now = c.Runtime.Now
+	}
+	if c.now == nil {
 		c.now = time.Now
 	}
+	c.Runtime.Now = c.now
+	c.Runtime = c.Runtime.WithDefaults()
 	return c
 }
 
 // validate checks what withDefaults cannot fill in: the servers, and no negative field.
 func (c Config) validate() error {
+	if len(c.Connectors) > 0 {
+		if len(c.DSNs) != 0 || len(c.Names) != len(c.Connectors) {
+			return fmt.Errorf("%w: mysql: %d connectors need as many names and no DSN (%d names, %d DSNs)",
+				allocator.ErrInvalidConfig, len(c.Connectors), len(c.Names), len(c.DSNs))
+		}
+		return c.Failover.Check("mysql.Config")
+	}
 	if len(c.DSNs) == 0 {
 		return fmt.Errorf("%w: mysql: no ticket server DSN given", allocator.ErrInvalidConfig)
 	}
@@ -273,25 +292,57 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // serverStates reads each server's counter of each namespace, one query per server and namespace.
 func (p *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
 	out := make(map[string][]allocator.ServerState, len(names))
-	for _, name := range names {
-		for _, s := range p.set.All() {
-			h := s.Health()
-			st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
+	for _, s := range p.set.All() {
+		h := s.Health()
+		base := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
+		var rows map[string]rowSettings // the server's own rows, read at once; nil when not read
+		var rerr error
+		if h.Healthy {
+			rows, rerr = s.countersOf(ctx, names, h.Offset)
+		}
+		for _, name := range names {
+			st := base
 			if h.Healthy {
-				rs, err := s.readRow(ctx, name, h.Offset)
+				rs, ok := rows[name]
 				switch {
-				case err == nil:
+				case rerr != nil:
+					st.Healthy, st.Error = false, rerr.Error()
+				case ok:
 					st.Next = rs.next
-				case errors.Is(err, errRowMissing):
-					st.Error = "no row for this namespace yet (created at its first lease)"
 				default:
-					st.Healthy, st.Error = false, err.Error()
+					st.Error = "no row for this namespace yet (created at its first lease)"
 				}
 			}
 			out[name] = append(out[name], st)
 		}
 	}
 	return out
+}
+
+// countersOf reads the server's rows (of the given offset) of the namespaces named, by name: one
+// statement for one namespace, or for all of them (a listing reads every row at once, never one
+// statement per namespace).
+func (s *server) countersOf(ctx context.Context, names []string, offset int64) (map[string]rowSettings, error) {
+	out := make(map[string]rowSettings, len(names))
+	if len(names) == 1 {
+		r, err := s.readRow(ctx, names[0], offset)
+		switch {
+		case errors.Is(err, errRowMissing):
+			return out, nil
+		case err != nil:
+			return nil, err
+		}
+		out[names[0]] = r
+		return out, nil
+	}
+	rows, err := s.ownRows(ctx, offset, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		out[r.ns.Name] = r
+	}
+	return out, nil
 }
 
 // Migrate applies the schema on every server; all must answer.
@@ -337,11 +388,17 @@ func build(cfg Config) (*Store, error) {
 	p.set = failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
 		Failover: cfg.Failover, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
-		CheckCeiling: p.checkCeiling, BeforeChange: cfg.beforeChange,
+		Runtime: cfg.Runtime, CheckCeiling: p.checkCeiling, BeforeChange: cfg.beforeChange,
 	})
 	p.Front = failover.NewFront(p.set, func(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
 		return s.lease(ctx, r.ns, size)
 	}, func(ctx context.Context, s *server, r rowSettings) error { return s.ensureRow(ctx, r) }, errRowMissing, p.serverStates)
+	if len(cfg.Connectors) > 0 {
+		for i, conn := range cfg.Connectors {
+			p.add(cfg.Names[i], conn)
+		}
+		return p, nil
+	}
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
@@ -367,18 +424,23 @@ func build(cfg Config) (*Store, error) {
 			p.closeDBs()
 			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
 		}
-		s := &server{Member: p.set.NewMember(name), pair: p}
-		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
-		s.db.SetMaxOpenConns(cfg.MaxConns)
-		s.db.SetMaxIdleConns(cfg.MaxConns)
-		s.db.SetConnMaxLifetime(30 * time.Minute)
-		s.ctl = sql.OpenDB(conn)
-		s.ctl.SetMaxOpenConns(4)
-		s.ctl.SetMaxIdleConns(2)
-		s.ctl.SetConnMaxLifetime(30 * time.Minute)
-		p.set.Add(s)
+		p.add(name, conn)
 	}
 	return p, nil
+}
+
+// add appends the server named, reached through conn.
+func (p *Store) add(name string, conn driver.Connector) {
+	s := &server{Member: p.set.NewMember(name), pair: p}
+	s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
+	s.db.SetMaxOpenConns(p.cfg.MaxConns)
+	s.db.SetMaxIdleConns(p.cfg.MaxConns)
+	s.db.SetConnMaxLifetime(30 * time.Minute)
+	s.ctl = sql.OpenDB(conn)
+	s.ctl.SetMaxOpenConns(4)
+	s.ctl.SetMaxIdleConns(2)
+	s.ctl.SetConnMaxLifetime(30 * time.Minute)
+	p.set.Add(s)
 }
 
 // RouteDriverLogs sends go-sql-driver's own log lines (dropped connections and the like, which the pair
@@ -424,4 +486,20 @@ func (p *Store) checkCeiling(ctx context.Context, namespace string) error {
 	}
 	return fmt.Errorf("%w: a ticketd of an older release leased namespace %q within the last %s (its lease rates on %s): it does not keep leases below max_id, so no ceiling is set while it runs; replace every ticketd process with this release first (see the upgrade procedure in the docs), then set the ceiling",
 		allocator.ErrUnavailable, namespace, olderLeaseWindow, strings.Join(seen, ", "))
+}
+
+// Pool is one of a ticket server's connection pools: Use is "lease" (the leases) or "control" (checks,
+// settings and water marks).
+type Pool struct {
+	Server, Use string
+	DB          *sql.DB
+}
+
+// Pools returns every server's connection pools, for their statistics (sql.DB.Stats).
+func (p *Store) Pools() []Pool {
+	var out []Pool
+	for _, s := range p.set.All() {
+		out = append(out, Pool{Server: s.Name(), Use: "lease", DB: s.db}, Pool{Server: s.Name(), Use: "control", DB: s.ctl})
+	}
+	return out
 }

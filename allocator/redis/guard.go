@@ -305,10 +305,11 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = failover.RepairMargin(s.peaks(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
+	maxID := latest.ns.WithDefaults().MaxID
 	base := max(res.Watermark, res.Before)
-	target, ok := failover.FirstAtLeast(base+min(res.Margin, 1<<62), s.cfg.Stride, in.offset)
-	if !ok || base > 1<<62 {
-		return res, fmt.Errorf("%w: repairing %q on %s would pass MaxInt64", allocator.ErrExhausted, namespace, in.Name())
+	target, clamped := failover.RepairTarget(base, res.Margin, s.cfg.Stride, in.offset, maxID)
+	if clamped {
+		res.MarginWhy += "; " + failover.ClampedMargin(in.Name(), maxID)
 	}
 	if missing {
 		if _, err := in.create(ctx, latest, target); err != nil {

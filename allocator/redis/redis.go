@@ -410,3 +410,12 @@ type clientLog struct{ l *slog.Logger }
 func (c clientLog) Printf(ctx context.Context, format string, v ...any) {
 	c.l.DebugContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
 }
+
+// PoolStats returns each instance's connection pool statistics, by instance name.
+func (s *Store) PoolStats() map[string]*goredis.PoolStats {
+	out := map[string]*goredis.PoolStats{}
+	for _, in := range s.set.All() {
+		out[in.Name()] = in.client.PoolStats()
+	}
+	return out
+}

@@ -1,5 +1,6 @@
 // Command ticketd-bench is ticketd's laboratory, kept apart from the server binary: it compares
-// ticketd with other ID schemes (gen, btree, load) and draws IDs under faults (chaos). What it links
+// ticketd with other ID schemes (gen, btree, load), draws IDs under faults (chaos) and explores a
+// simulated fleet (sim). What it links
 // (plotting, fault proxies, other ID libraries, throwaway servers) never reaches ticketd itself.
 package main
 
@@ -61,8 +62,8 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 // a benchmark or the chaos run at the servers that hold real IDs.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	m.name = "bench"
-	if len(args) > 0 && args[0] == "chaos" {
-		m.name, args = "chaos", args[1:]
+	if len(args) > 0 && (args[0] == "chaos" || args[0] == "scale" || args[0] == "sim") {
+		m.name, args = args[0], args[1:]
 	}
 	info := commands[m.name]
 	cmd := info.new()
@@ -100,8 +101,8 @@ func (m *Main) Run(ctx context.Context) error {
 
 // helpName is the command line whose --help lists the flags of the command being run.
 func (m *Main) helpName() string {
-	if m.name == "chaos" {
-		return "ticketd-bench chaos"
+	if m.name != "bench" {
+		return "ticketd-bench " + m.name
 	}
 	return "ticketd-bench"
 }
@@ -109,9 +110,11 @@ func (m *Main) helpName() string {
 func (m *Main) help(fs *flag.FlagSet, info commandInfo) {
 	fmt.Fprintf(m.Stderr, "usage: %s\n\n%s\n", info.usage, info.summary)
 	if m.name == "bench" {
-		chaos := commands["chaos"]
-		fmt.Fprintf(m.Stderr, "\nCommands:\n  %-18s %s\n\nRun `ticketd-bench chaos --help` for its flags.\n",
-			"chaos", strings.TrimSpace(strings.SplitAfter(chaos.summary, ". ")[0]))
+		fmt.Fprintf(m.Stderr, "\nCommands:\n")
+		for _, name := range []string{"chaos", "scale", "sim"} {
+			fmt.Fprintf(m.Stderr, "  %-18s %s\n", name, strings.TrimSpace(strings.SplitAfter(commands[name].summary, ". ")[0]))
+		}
+		fmt.Fprintf(m.Stderr, "\nRun `ticketd-bench chaos --help`, `ticketd-bench scale --help` or `ticketd-bench sim --help` for their flags.\n")
 	}
 	cliflag.PrintFlags(m.Stderr, fs, false)
 }

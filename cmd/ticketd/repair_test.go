@@ -53,3 +53,44 @@ func TestRepairCommand(t *testing.T) {
 		t.Fatalf("lease after repair: %s", errOut)
 	}
 }
+
+// A forced repair's default margin stops at the namespace's ceiling: a server that would need more says
+// that it has nothing left to issue safely, and a lease there names the real max_id.
+func TestRepairMarginStopsAtMaxID(t *testing.T) {
+	pair := testenv.Pair(t)
+	env := map[string]string{"TICKETD_MYSQL": testenv.DSNList(pair), "TICKETD_AUTO_MIGRATE": "true"}
+	if _, errOut, code := run(t, env, "namespace", "create", "orders", "--max-id", "1000000"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, errOut, code := run(t, env, "lease", "orders", "-n", "3"); code != 0 {
+		t.Fatal(errOut)
+	}
+	nameB := mysql.ServerName(pair[1])
+	out, errOut, code := run(t, env, "repair", "orders", "--server", nameB, "--force")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := strconv.ParseInt(fmt.Sprint(res["after"]), 10, 64)
+	if after > 1000000+2 {
+		t.Errorf("repair moved %s's counter to %d, past max_id 1000000 by more than a step", nameB, after)
+	}
+	if !strings.Contains(errOut, "nothing left to issue safely") || !strings.Contains(errOut, "1000000") {
+		t.Errorf("repair's report does not say that %s has nothing left below max_id 1000000:\n%s", nameB, errOut)
+	}
+	// Server A still issues; once its IDs are gone too, the error names the namespace's ceiling.
+	if _, errOut, code := run(t, env, "namespace", "update", "orders", "--start", "999990"); code != 0 {
+		t.Fatal(errOut)
+	}
+	for range 10 {
+		if _, errOut, code = run(t, env, "lease", "orders", "-n", "5"); code != 0 {
+			break
+		}
+	}
+	if code == 0 || !strings.Contains(errOut, "max_id 1000000") || strings.Contains(errOut, "9223372036854775807") {
+		t.Fatalf("a lease past the ceiling: exit %d %s; want an exhausted error naming max_id 1000000", code, errOut)
+	}
+}

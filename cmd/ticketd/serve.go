@@ -38,7 +38,7 @@ type serveCmd struct {
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
 	shutdownTimeout                                        time.Duration
 	cache                                                  bool
-	cacheTarget                                            time.Duration
+	cacheTarget, cacheIdle                                 time.Duration
 	cacheMin, cacheMax                                     int64
 	rateLimit                                              float64
 	rateBurst                                              int
@@ -88,6 +88,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	fs.BoolVar(&c.cache, "cache", true, "serve blocks from segments leased ahead (set --cache=false to lease every block from the ticket servers)")
 	fs.DurationVar(&c.cacheTarget, "cache-target", 10*time.Second, "how long a cached segment should last; its size adapts to the rate")
+	fs.DurationVar(&c.cacheIdle, "cache-idle", 10*time.Minute, "how long a namespace's cache is kept after its last request; then its segments are dropped (a gap) and its memory freed")
 	fs.Var(cliflag.Int64(&c.cacheMin, 1, allocator.MaxBlockSizeLimit), "cache-min", "smallest cached segment, in `IDS` (default 10000)")
 	fs.Var(cliflag.Int64(&c.cacheMax, 1, allocator.MaxBlockSizeLimit), "cache-max", "largest cached segment, in `IDS`, also bounded by the namespace's max_block_size (default 16777216)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 0, "requests per second per token (per client address with --no-auth) on the routes that take a token, /v1 and the status page /; 0 means no limit")
@@ -154,7 +155,7 @@ func (c *serveCmd) validate() error {
 		return usagef("--write-timeout %s must be longer than --lease-timeout %s, or slow leases would be cut off", c.writeTimeout, c.timeout)
 	}
 	for name, d := range map[string]time.Duration{"read-header-timeout": c.readHeaderTimeout, "read-timeout": c.readTimeout,
-		"idle-timeout": c.idleTime, "shutdown-timeout": c.shutdownTimeout, "cache-target": c.cacheTarget} {
+		"idle-timeout": c.idleTime, "shutdown-timeout": c.shutdownTimeout, "cache-target": c.cacheTarget, "cache-idle": c.cacheIdle} {
 		if d <= 0 {
 			return usagef("--%s %s must be positive", name, d)
 		}
@@ -248,11 +249,14 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := registerPools(metrics.Registry(), backend); err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
 		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst, MaxConns: c.maxConns,
 		TrustedProxies:    c.trustedProxies,
-		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax},
+		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax, IdleAfter: c.cacheIdle},
 		ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		IdleTimeout: c.idleTime, ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
 	})

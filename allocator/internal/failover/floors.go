@@ -2,6 +2,7 @@ package failover
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -170,6 +171,28 @@ func RepairMargin(p Peaks, interval time.Duration, maxBlock, step int64) (int64,
 	}
 	return byBlocks, fmt.Sprintf("ten blocks of max_block_size %d at step %d (more than %d water-mark intervals, %s, at %s)",
 		maxBlock, step, RepairMarginIntervals, window, measured)
+}
+
+// RepairTarget is the counter a repair moves a server (of step and offset) to: the first value at or
+// above base plus margin, but no further than just past maxID, the namespace's ceiling. clamped says
+// that the margin reached the ceiling: the server then has nothing left to issue safely, since any
+// ID below the ceiling may have been issued after the last water mark.
+func RepairTarget(base, margin, step, offset, maxID int64) (target int64, clamped bool) {
+	top := min(maxID, math.MaxInt64-step) // the highest ID a lease may end at: the counter stays an int64
+	if base > top || margin > top-base {
+		past, _ := FirstAtLeast(top+1, step, offset) // top+1+step-1 ≤ MaxInt64
+		return max(past, base), true
+	}
+	target, _ = FirstAtLeast(base+margin, step, offset)
+	if target > top {
+		return target, true
+	}
+	return target, false
+}
+
+// ClampedMargin says why a repair stopped at the ceiling maxID.
+func ClampedMargin(server string, maxID int64) string {
+	return fmt.Sprintf("clamped at max_id %d: %s has nothing left to issue safely for this namespace (any ID it holds below max_id may have been issued after the last water mark); the other servers issue what remains", maxID, server)
 }
 
 // FenceReason is the error text of a fenced server: what went back, and the command that repairs it.

@@ -325,7 +325,12 @@ const slowSettings = 50 * time.Millisecond
 
 // Settings returns a namespace's settings as Latest reads them, cached for SettingsTTL. When no server
 // answers, settings read before are good enough; so they are while a refresh is slow (see
-// slowSettings): one refresh at a time goes on in the background, and leases go on with the last copy.
+// slowSettings): the refresh goes on in the background, and leases go on with the last copy.
+//
+// A namespace read for the first time is read alone. Expired copies are refreshed together: one
+// refresh at a time reads every namespace's settings from each server (see refreshAll) and renews
+// every cached copy, so that the statements a process sends for its settings are a few per SettingsTTL
+// and server, however many namespaces it leases from.
 func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	now := set.cfg.Now()
 	set.settingsMu.Lock()
@@ -338,23 +343,26 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 		set.settingsMu.Unlock()
 		return set.refresh(ctx, name, now)
 	}
-	done := set.refreshing[name]
-	if done == nil && !set.closed.Load() {
+	done := set.refreshing
+	start := done == nil && !set.closed.Load()
+	if start {
 		done = make(chan struct{})
-		set.refreshing[name] = done
+		set.refreshing = done
 		set.wg.Add(1)
-		go func() {
-			defer set.wg.Done()
-			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
-			_, _ = set.refresh(rctx, name, now)
-			cancel()
-			set.settingsMu.Lock()
-			delete(set.refreshing, name)
-			set.settingsMu.Unlock()
-			close(done)
-		}()
 	}
 	set.settingsMu.Unlock()
+	if start { // after the unlock: a runtime may run it at once, in this goroutine
+		set.cfg.Runtime.Go(func() {
+			defer set.wg.Done()
+			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
+			set.refreshAll(rctx, now)
+			cancel()
+			set.settingsMu.Lock()
+			set.refreshing = nil
+			set.settingsMu.Unlock()
+			close(done)
+		})
+	}
 	t := time.NewTimer(slowSettings)
 	defer t.Stop()
 	select {
@@ -368,6 +376,38 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	case <-ctx.Done():
 	}
 	return c.rec, nil
+}
+
+// refreshAll reads every namespace's settings from each readable server, one read per server, and
+// renews every cached copy as read at now (merged with what this process knows, as Latest does). When
+// no server answers, the cached copies stay as they are, expired: the next lease asks again.
+func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
+	latest := map[string]R{}
+	answered := 0
+	for _, s := range set.readable(ctx) {
+		recs, err := s.ReadRecords(ctx)
+		if err != nil {
+			continue
+		}
+		answered++
+		for _, r := range recs {
+			KeepLatest(latest, r)
+		}
+	}
+	if answered == 0 {
+		return
+	}
+	set.settingsMu.Lock()
+	defer set.settingsMu.Unlock()
+	for name, c := range set.settings {
+		if r, ok := latest[name]; ok {
+			c.rec = set.rememberLocked(r)
+		} else if k, ok := set.known[name]; ok {
+			c.rec = k // the servers that answered missed it (or lost it); this process knows it
+		}
+		c.fetched = now
+		set.settings[name] = c
+	}
 }
 
 // refresh reads a namespace's settings with Latest and caches them as read at now. When no server

@@ -1,0 +1,196 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
+	"github.com/ticketd/ticketd/allocator/mysql"
+	"github.com/ticketd/ticketd/allocator/redis"
+	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
+)
+
+// killable is a backend on two real ticket servers, and a way to kill the second.
+type killable struct {
+	backend allocator.Backend
+	nameB   string
+	killB   func() error
+}
+
+func killablePair(t *testing.T) killable {
+	pair := testenv.PrivatePair(t)
+	var dsns []string
+	for _, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+		dsns = append(dsns, m.DSN("ticketd"))
+	}
+	p, err := mysql.Open(context.Background(), mysql.Config{DSNs: dsns, Names: []string{"a", "b"}, Logger: quiet, Migrate: true, Failover: leasesAlone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return killable{backend: p, nameB: "b", killB: pair[1].Kill}
+}
+
+func killableRedis(t *testing.T) killable {
+	var addrs []string
+	var second *testservers.Redis
+	for range 2 {
+		second = testenv.PrivateRedis(t, testservers.RedisOptions{})
+		addrs = append(addrs, second.Addr())
+	}
+	s, err := redis.Open(context.Background(), redis.Config{Addrs: addrs, Logger: quiet, Failover: leasesAlone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return killable{backend: s, nameB: second.Addr(), killB: second.Kill}
+}
+
+// TestHeadroomThroughAnOutage: on a real pair (and two Redis instances), with max_id 100,000,000 and 400
+// IDs issued, the second server is killed. The headroom a GET, the status page and the metrics show
+// does not shrink: the dead server counts at the counter it was last read at, named as stale, and the
+// forecast sees no burst of issuing (its date does not come closer).
+func TestHeadroomThroughAnOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) killable
+	}{{"mysql", killablePair}, {"redis", killableRedis}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := tc.open(t)
+			clk := allocatortest.NewClock()
+			s := newTestServer(t, func(c *Config) { c.Backend, c.now, c.Cache.Disabled = k.backend, clk.Now, true })
+			if w := s.do(t, request{method: "PUT", path: "/v1/namespaces/big", token: adminTok, body: `{"block_size":100,"max_id":"100000000"}`}); w.Code != 201 {
+				t.Fatalf("create: %d %s", w.Code, w.Body.String())
+			}
+			get := func() api.Namespace {
+				t.Helper()
+				w := s.do(t, request{method: "GET", path: "/v1/namespaces/big", token: adminTok})
+				if w.Code != 200 {
+					t.Fatalf("get: %d %s", w.Code, w.Body.String())
+				}
+				return decode[api.Namespace](t, w)
+			}
+			gauge := func() string {
+				t.Helper()
+				body := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
+				for _, line := range strings.Split(body, "\n") {
+					if v, ok := strings.CutPrefix(line, `ticketd_namespace_ids_remaining{ticketd_namespace="big"} `); ok {
+						return v
+					}
+				}
+				return "absent"
+			}
+			get()
+			for range 4 {
+				if w := s.do(t, request{method: "POST", path: "/v1/namespaces/big/blocks", token: adminTok}); w.Code != 200 {
+					t.Fatalf("lease: %d %s", w.Code, w.Body.String())
+				}
+				clk.Advance(15 * time.Second)
+			}
+			before := get()
+			if before.IDsRemaining == nil || len(before.StaleCounters) != 0 || before.ExhaustsAt == nil {
+				t.Fatalf("with both servers up: %+v", before)
+			}
+			left, _ := strconv.ParseUint(*before.IDsRemaining, 10, 64)
+			if left < 99_000_000 {
+				t.Fatalf("%d IDs left after 400 of 100,000,000", left)
+			}
+			if g := gauge(); !sameCount(g, left) {
+				t.Fatalf("gauge %s, the namespace says %s", g, *before.IDsRemaining)
+			}
+			if err := k.killB(); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				clk.Advance(15 * time.Second)
+				after := get()
+				if after.IDsRemaining == nil || *after.IDsRemaining != *before.IDsRemaining {
+					t.Fatalf("with %s killed, ids_remaining %s; it was %s and nothing was issued", k.nameB, str(after.IDsRemaining), *before.IDsRemaining)
+				}
+				if len(after.StaleCounters) != 1 || after.StaleCounters[0].Server != k.nameB {
+					t.Fatalf("with %s killed, the stale counters are %+v", k.nameB, after.StaleCounters)
+				}
+				if after.ExhaustsAt != nil && before.ExhaustsAt != nil && after.ExhaustsAt.Before(*before.ExhaustsAt) {
+					t.Fatalf("with %s killed and nothing issued, the namespace exhausts at %s; before, at %s", k.nameB, after.ExhaustsAt, before.ExhaustsAt)
+				}
+				if g := gauge(); g == "absent" || g == "0" || !sameCount(g, left) {
+					t.Fatalf("with %s killed, the headroom gauge is %s; it was %d", k.nameB, g, left)
+				}
+			}
+			page := section(t, s.do(t, request{method: "GET", path: "/", token: adminTok}).Body.String(), "big")
+			if got := attr(page, "data-ids-remaining"); len(got) != 1 || got[0] != *before.IDsRemaining || !strings.Contains(page, "stale") {
+				t.Fatalf("status page headroom %v with %s killed:\n%s", got, k.nameB, page)
+			}
+		})
+	}
+}
+
+// sameCount reports whether a sample value in the text format is the count n.
+func sameCount(v string, n uint64) bool {
+	f, err := strconv.ParseFloat(v, 64)
+	return err == nil && f == float64(n)
+}
+
+// str is *p, or "null".
+func str(p *string) string {
+	if p == nil {
+		return "null"
+	}
+	return *p
+}
+
+// TestHeadroomAfterTheCeilingChanges: with a million IDs issued, max_id lowered to 2^31-1 (and later raised)
+// through the API. The IDs the ceiling took away are not IDs issued: no forecast until IDs are issued
+// under the new ceiling, and then one from them alone.
+func TestHeadroomAfterTheCeilingChanges(t *testing.T) {
+	clk := allocatortest.NewClock()
+	s := newTestServer(t, func(c *Config) { c.Backend, c.now, c.Cache.Disabled = testenv.Embedded(t), clk.Now, true })
+	if w := s.do(t, request{method: "PUT", path: "/v1/namespaces/n", token: adminTok, body: `{"block_size":1000000,"max_id":"1000000000000"}`}); w.Code != 201 {
+		t.Fatalf("create: %d %s", w.Code, w.Body.String())
+	}
+	get := func() api.Namespace {
+		t.Helper()
+		return decode[api.Namespace](t, s.do(t, request{method: "GET", path: "/v1/namespaces/n", token: adminTok}))
+	}
+	lease := func() {
+		t.Helper()
+		if w := s.do(t, request{method: "POST", path: "/v1/namespaces/n/blocks", token: adminTok}); w.Code != 200 {
+			t.Fatalf("lease: %d %s", w.Code, w.Body.String())
+		}
+	}
+	get()
+	clk.Advance(20 * time.Second)
+	lease()
+	if ns := get(); ns.ExhaustsAt == nil {
+		t.Fatalf("a million IDs issued in 20 s and no forecast: %+v", ns)
+	}
+	for _, maxID := range []string{"2147483647", "4294967295"} {
+		clk.Advance(20 * time.Second)
+		w := s.do(t, request{method: "PUT", path: "/v1/namespaces/n", token: adminTok, body: `{"max_id":"` + maxID + `"}`})
+		if ns := decode[api.Namespace](t, w); w.Code != 200 || ns.ExhaustsAt != nil {
+			t.Fatalf("max_id %s: %d, exhausts_at %v; nothing was issued under it", maxID, w.Code, ns.ExhaustsAt)
+		}
+		clk.Advance(20 * time.Second)
+		if ns := get(); ns.ExhaustsAt != nil {
+			t.Fatalf("max_id %s, 20 s later with nothing issued: exhausts_at %v", maxID, ns.ExhaustsAt)
+		}
+		page := section(t, s.do(t, request{method: "GET", path: "/", token: adminTok}).Body.String(), "n")
+		if attr(page, "data-soon")[0] != "false" {
+			t.Fatalf("max_id %s: the status page shows the namespace running out:\n%s", maxID, page)
+		}
+		lease()
+		clk.Advance(20 * time.Second)
+		ns := get()
+		// A million IDs in 20 s under this ceiling: 50,000 a second, half a day or more away, not now.
+		if ns.ExhaustsAt == nil || ns.ExhaustsAt.Before(clk.Now().Add(6*time.Hour)) {
+			t.Fatalf("max_id %s, a million IDs issued under it: exhausts_at %v", maxID, ns.ExhaustsAt)
+		}
+	}
+}
