@@ -194,14 +194,34 @@ func (c *serveCmd) validate() error {
 	return nil
 }
 
-// privateFile refuses a file of secrets that other users of the machine may read or write.
+// privateFile refuses a file of secrets that another user of the machine may read or change: one
+// whose mode gives the group or others any permission, or whose owner is neither the user ticketd runs
+// as nor root (its owner could change it).
 func privateFile(f *os.File) error {
 	st, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return fmt.Errorf("its mode %04o lets every user of this machine read it; make it private: chmod 600 %s", perm, f.Name())
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("its mode %04o lets other users of this machine read or change it; make it private: chmod 600 %s", perm, f.Name())
+	}
+	if owner, ok := fileOwner(st); ok {
+		if uid := os.Geteuid(); owner != uid && owner != 0 {
+			return fmt.Errorf("it belongs to user %d, who could change it, not to the user ticketd runs as (%d): chown %d %s", owner, uid, uid, f.Name())
+		}
+	}
+	return nil
+}
+
+// checkSecretFile opens the secret file of a flag and refuses it unless it is private (privateFile).
+func checkSecretFile(flagName, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return usagef("%s: %v", flagName, err)
+	}
+	defer f.Close()
+	if err := privateFile(f); err != nil {
+		return usagef("%s %s: %v", flagName, path, err)
 	}
 	return nil
 }
@@ -242,6 +262,11 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	auth, err := c.auth()
 	if err != nil {
 		return err
+	}
+	if c.tlsKey != "" {
+		if err := checkSecretFile("--tls-key", c.tlsKey); err != nil {
+			return err
+		}
 	}
 	logger := slog.New(slog.NewJSONHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
 	metrics := server.NewMetrics()
