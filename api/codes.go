@@ -46,6 +46,10 @@ const (
 	// MinTokenDistinct is the fewest distinct characters a token may have: "aaaa…" or "abab…" is long
 	// but guessable. (A random token of 16 hex digits has fewer about never.)
 	MinTokenDistinct = 5
+	// MinTokenBits is the least guesswork a token must hold, as TokenBits estimates it: 16 random hex
+	// digits. A wrong token never locks out the right one, so the token itself is the defence against
+	// guessing.
+	MinTokenBits = 64
 )
 
 // CheckToken says what is wrong with a secret given as a bearer token: too short, too few distinct
@@ -71,6 +75,9 @@ func CheckToken(tok string) error {
 	}
 	if p := period(tok); p > 0 {
 		return fmt.Errorf("a token must not be a string of %d characters repeated; make one with: openssl rand -hex 32", p)
+	}
+	if bits := TokenBits(tok); bits < MinTokenBits {
+		return fmt.Errorf("a token must be random: this one holds about %.0f bits of guesswork, under %d (words, runs like 1234 and common passwords count for little); make one with: openssl rand -hex 32", bits, MinTokenBits)
 	}
 	return nil
 }

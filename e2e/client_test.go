@@ -22,7 +22,7 @@ import (
 )
 
 const (
-	e2eAdminToken = "admin-e2e-secret"
+	e2eAdminToken = "admin-e2e-secret-2718281828"
 	e2eNSToken    = "namespace-e2e-secret"
 )
 

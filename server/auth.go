@@ -14,6 +14,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/clientip"
 )
 
 // MinTokenLength is the shortest token accepted: shorter ones are too easy to guess.
@@ -216,32 +217,36 @@ func bearer(h string) (string, bool) {
 }
 
 // identify authenticates the caller of a route that takes a token: 401 without a (known) token. A
-// client address that sent too many wrong or malformed tokens is answered 429 before its token is
-// looked at, so that guessing goes no faster than AuthFailureRate.
+// valid token is always let through: a client address that sent too many wrong or malformed tokens
+// has its wrong ones answered 429, never its right ones, since a proxy, a NAT or a published port may
+// put a guesser and the real client behind one address. Tokens are random enough (CheckToken) that
+// guessing them is hopeless; the limit keeps a guesser's noise out of the logs and the ticket servers'
+// way.
 func (s *Server) identify(c echo.Context) (identity, error) {
 	if s.auth.disabled {
-		return identity{admin: true, key: "ip:" + c.RealIP()}, nil
+		return identity{admin: true, key: "ip:" + clientip.Key(c.RealIP())}, nil
 	}
 	h := c.Request().Header.Get(echo.HeaderAuthorization)
 	if h == "" {
 		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `send "Authorization: Bearer TOKEN" with a namespace or admin token`)
 	}
-	source := c.RealIP()
+	tok, ok := bearer(h)
+	if ok {
+		if id, known := s.auth.lookup(tok); known {
+			return id, nil
+		}
+	}
+	source := clientip.Key(c.RealIP())
 	if blocked, wait := s.failures.Empty(source); blocked {
 		s.metrics.observeAuthFailure(true)
 		return identity{}, tooMany(wait, "too many requests with a wrong token from this client address; retry after the Retry-After delay")
 	}
-	tok, ok := bearer(h)
 	if !ok {
 		s.failedLogin(c, source, "malformed")
 		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `the Authorization header must be "Bearer TOKEN"`)
 	}
-	id, ok := s.auth.lookup(tok)
-	if !ok {
-		s.failedLogin(c, source, "unknown token")
-		return identity{}, errorf(http.StatusUnauthorized, api.CodeInvalidToken, "the token is not one this server accepts")
-	}
-	return id, nil
+	s.failedLogin(c, source, "unknown token")
+	return identity{}, errorf(http.StatusUnauthorized, api.CodeInvalidToken, "the token is not one this server accepts")
 }
 
 // failedLogin counts a wrong or malformed token from source, and logs it at the 1st, 2nd, 4th, 8th, …

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -181,9 +183,10 @@ func TestAnonymousCallersLearnNothing(t *testing.T) {
 }
 
 // TestFailedLoginsAreLoggedCountedAndLimited: wrong tokens are answered 401 and logged at Warn with the
-// client address (at the 1st, 2nd, 4th, … failure, never the token); past the burst, the address is
-// answered 429 with Retry-After for every token, the right one included, until it has waited; other
-// addresses are not affected, and nothing reaches the backend.
+// client address (at the 1st, 2nd, 4th, … failure, never the token); past the burst, the address's
+// wrong tokens are answered 429 with Retry-After until it has waited, and nothing reaches the backend;
+// the right token from the same address is served all along (a guesser behind the same proxy or NAT
+// must not lock the real client out), and other addresses are not affected.
 func TestFailedLoginsAreLoggedCountedAndLimited(t *testing.T) {
 	clk := allocatortest.NewClock()
 	s := newTestServer(t, func(c *Config) { c.now = clk.Now; c.AuthFailureBurst, c.AuthFailureRate = 5, 0.1 })
@@ -205,13 +208,14 @@ func TestFailedLoginsAreLoggedCountedAndLimited(t *testing.T) {
 			t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
 		}
 	}
-	for _, tok := range []string{"guess-99-abcdefghijklmnop", ordersTok} {
-		w := from("192.0.2.7", tok)
-		if e := decode[api.Error](t, w); w.Code != 429 || e.Error.Code != api.CodeRateLimited || w.Header().Get("Retry-After") != "10" {
-			t.Fatalf("past 5 failures: %d %s, Retry-After %q; want 429 and 10", w.Code, e.Error.Code, w.Header().Get("Retry-After"))
-		}
+	w := from("192.0.2.7", "guess-99-abcdefghijklmnop")
+	if e := decode[api.Error](t, w); w.Code != 429 || e.Error.Code != api.CodeRateLimited || w.Header().Get("Retry-After") != "10" {
+		t.Fatalf("a wrong token past 5 failures: %d %s, Retry-After %q; want 429 and 10", w.Code, e.Error.Code, w.Header().Get("Retry-After"))
 	}
 	unchanged(t, s, "a guesser", before, calls)
+	if w := from("192.0.2.7", ordersTok); w.Code != 200 {
+		t.Fatalf("the right token from the guesser's address: %d, want 200", w.Code)
+	}
 	if w := from("192.0.2.8", ordersTok); w.Code != 200 {
 		t.Fatalf("another address with the right token: %d", w.Code)
 	}
@@ -235,8 +239,8 @@ func TestFailedLoginsAreLoggedCountedAndLimited(t *testing.T) {
 		}
 	}
 	m := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
-	if !strings.Contains(m, "ticketd_auth_failures_total 5") || !strings.Contains(m, "ticketd_auth_refused_total 2") {
-		t.Fatalf("metrics lack 5 failures and 2 refusals:\n%s", grepLines(m, "ticketd_auth"))
+	if !strings.Contains(m, "ticketd_auth_failures_total 5") || !strings.Contains(m, "ticketd_auth_refused_total 1") {
+		t.Fatalf("metrics lack 5 failures and 1 refusal:\n%s", grepLines(m, "ticketd_auth"))
 	}
 }
 
@@ -338,7 +342,8 @@ func TestTLS12OffersOnlyAEAD(t *testing.T) {
 	}
 }
 
-// TestOpenConnectionsAreCapped: past MaxConns, a new connection is not served until one closes.
+// TestOpenConnectionsAreCapped: past MaxConns, a new connection is not served until one closes, as
+// long as none of those open is idle (here each is still sending its request's headers).
 func TestOpenConnectionsAreCapped(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.MaxConns = 2 })
 	addr := listen(t, s.Server)
@@ -346,12 +351,8 @@ func TestOpenConnectionsAreCapped(t *testing.T) {
 	held := []any{}
 	for range 2 {
 		c := dial(t, addr)
-		if _, err := io.WriteString(c, get); err != nil {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
 			t.Fatal(err)
-		}
-		buf := make([]byte, 12)
-		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 200" {
-			t.Fatalf("a connection within the cap: %q %v", buf, err)
 		}
 		held = append(held, c)
 	}
@@ -386,8 +387,8 @@ func TestTokensNeedDistinctCharacters(t *testing.T) {
 			}
 		}
 	}
-	if err := (Auth{Admin: "0123456789abcdef"}).Validate(); err != nil {
-		t.Fatalf("a 16-character token of 16 distinct characters: %v", err)
+	if err := (Auth{Admin: "3f9a1c7e5b2d8064"}).Validate(); err != nil {
+		t.Fatalf("16 random hex digits: %v", err)
 	}
 }
 
@@ -403,5 +404,75 @@ func TestTokenListNeverQuotesAToken(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || !strings.Contains(err.Error(), "NAMESPACE=TOKEN") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// getOn sends GET /healthz on c and reads the status line of the answer.
+func getOn(t *testing.T, c net.Conn) string {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return err.Error()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return err.Error()
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Status
+}
+
+// TestIdleConnectionsMakeRoom: idle keep-alive connections holding every slot do not keep a new client
+// out: the one idle the longest is closed for it.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.MaxConns = 4; c.IdleTimeout = time.Hour })
+	addr := listen(t, s.Server)
+	var idle []net.Conn
+	for range 4 {
+		c := dial(t, addr)
+		if st := getOn(t, c); st != "200 OK" {
+			t.Fatalf("a connection within the cap: %s", st)
+		}
+		idle = append(idle, c)
+	}
+	if st := getOn(t, dial(t, addr)); st != "200 OK" {
+		t.Fatalf("a new connection while 4 idle ones held the cap of 4: %s", st)
+	}
+	_ = idle[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := idle[0].Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the connection idle the longest is still open: %d %v", n, err)
+	}
+}
+
+// TestConnectionsPerClientAreCapped: one client address holding its bound of busy connections gets
+// its next one closed at once; another address is served.
+func TestConnectionsPerClientAreCapped(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.MaxConns = 10; c.MaxConnsPerClient = 2 })
+	addr := listen(t, s.Server)
+	for range 2 { // busy: still sending the request's headers
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := dial(t, addr)
+	_ = third.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := third.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("a third connection from one address with a bound of 2 was kept: %d %v", n, err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	other, err := d.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if st := getOn(t, other); st != "200 OK" {
+		t.Fatalf("another client address: %s", st)
+	}
+	if !strings.Contains(s.logs.String(), "holds its limit of busy connections") {
+		t.Fatalf("the refusal is not logged:\n%s", s.logs.String())
 	}
 }

@@ -19,7 +19,9 @@ import (
 // to give the backend (mysql.Config.Observer), so that lease latency is recorded per ticket server.
 // Safe for concurrent use; one Metrics serves one Server.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg         *prometheus.Registry
+	handlerOnce sync.Once
+	handler     http.Handler
 
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
@@ -105,8 +107,16 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	m.handlerOnce.Do(func() {
+		// Each scrape reads every namespace's state; a few at once are enough for any scraper, and
+		// more are answered 503 at once instead of piling up.
+		m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapesInFlight})
+	})
+	return m.handler
 }
+
+// maxScrapesInFlight bounds the scrapes served at once.
+const maxScrapesInFlight = 4
 
 // ObserveLease records one lease attempt on a ticket server.
 func (m *Metrics) ObserveLease(server string, took time.Duration, err error) {

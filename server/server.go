@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,10 +22,11 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/net/netutil"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/api"
+	"github.com/ticketd/ticketd/internal/clientip"
+	"github.com/ticketd/ticketd/internal/connlimit"
 	"github.com/ticketd/ticketd/internal/ratelimit"
 	"github.com/ticketd/ticketd/internal/version"
 )
@@ -47,13 +49,24 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is how many requests a token may send at once. Default max(1, RateLimit).
 	RateBurst int
-	// AuthFailureBurst is how many requests with a wrong or malformed token one client address may
-	// send before every request with a token from it is answered 429; AuthFailureRate is how many a
-	// second it may send after that. Defaults 30 and 0.1 (six a minute).
+	// AuthFailureBurst is how many requests with a wrong or malformed token one client address (an
+	// IPv6 /64) may send before its wrong tokens are answered 429; AuthFailureRate is how many a second
+	// it may send after that. A valid token is never refused for them: the address may be a proxy or a
+	// NAT shared with the real client. Defaults 30 and 0.1 (six a minute).
 	AuthFailureBurst int
 	AuthFailureRate  float64
-	// MaxConns bounds the connections open at once; past it, new ones wait to be accepted. Default 4096.
+	// MaxConns bounds the connections open at once; past it, new ones wait to be accepted. Near it
+	// (within an eighth), the connection idle the longest is closed for each new one, so that idle
+	// keep-alive connections cannot hold every slot. Default 4096.
 	MaxConns int
+	// MaxConnsPerClient bounds the connections one client address (an IPv6 /64; the peer, not what a
+	// proxy says) holds at once: past it, that address's oldest idle connection is closed for a new
+	// one, or the new one is closed when none is idle. Default (and at most) MaxConns.
+	MaxConnsPerClient int
+	// TrustedProxies are the proxies (CIDRs) whose X-Forwarded-For is believed: a request from one of
+	// them counts against the client it names for rate limits, failed logins and logs. Empty: the
+	// peer's address is the client, whatever the header says.
+	TrustedProxies []netip.Prefix
 	// Logger receives JSON-friendly structured logs; request lines carry "request_id". Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -90,6 +103,8 @@ func (c Config) withDefaults() Config {
 	allocator.Default(&c.AuthFailureBurst, 30)
 	allocator.Default(&c.AuthFailureRate, 0.1)
 	allocator.Default(&c.MaxConns, 4096)
+	allocator.Default(&c.MaxConnsPerClient, c.MaxConns)
+	c.MaxConnsPerClient = min(c.MaxConnsPerClient, c.MaxConns)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -106,7 +121,8 @@ func (c Config) validate() error {
 	if err := allocator.CheckConfig("server.Config",
 		allocator.Setting("RateLimit", c.RateLimit), allocator.Setting("RateBurst", c.RateBurst),
 		allocator.Setting("AuthFailureBurst", c.AuthFailureBurst), allocator.Setting("AuthFailureRate", c.AuthFailureRate),
-		allocator.Setting("MaxConns", c.MaxConns), allocator.Setting("ReadHeaderTimeout", c.ReadHeaderTimeout),
+		allocator.Setting("MaxConns", c.MaxConns), allocator.Setting("MaxConnsPerClient", c.MaxConnsPerClient),
+		allocator.Setting("ReadHeaderTimeout", c.ReadHeaderTimeout),
 		allocator.Setting("ReadTimeout", c.ReadTimeout), allocator.Setting("WriteTimeout", c.WriteTimeout),
 		allocator.Setting("IdleTimeout", c.IdleTimeout), allocator.Setting("MaxHeaderBytes", c.MaxHeaderBytes),
 		allocator.Setting("ShutdownTimeout", c.ShutdownTimeout)); err != nil {
@@ -129,9 +145,10 @@ type Server struct {
 	headroom headroom // the IDs each namespace had left, for its forecast
 	logger   *slog.Logger
 
-	idPrefix string
-	idSeq    atomic.Uint64
-	draining atomic.Bool
+	idPrefix     string
+	idSeq        atomic.Uint64
+	connsRefused atomic.Uint64
+	draining     atomic.Bool
 
 	closeOnce sync.Once
 }
@@ -176,8 +193,9 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	// The peer's address, never X-Forwarded-For: a client must not pick the rate-limit bucket it uses.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// The peer's address, or what a trusted proxy says: a client must not pick the rate-limit bucket
+	// it uses.
+	e.IPExtractor = clientip.Extractor(s.cfg.TrustedProxies)
 	e.Use(s.observe)
 	if s.auth.disabled && !s.cfg.Auth.AnyHost {
 		e.Use(s.guardOpen)
@@ -246,20 +264,11 @@ func (s *Server) closeCache() {
 // Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting connections,
 // lets requests in flight finish (up to ShutdownTimeout), and returns. /readyz answers 503 meanwhile.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.e,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout:       s.cfg.ReadTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	hs, ln := s.httpServer(s.e, ln)
 	tlsOn := s.cfg.TLSCertFile != ""
 	if tlsOn {
 		hs.TLSConfig = tlsConfig()
 	}
-	ln = netutil.LimitListener(ln, s.cfg.MaxConns)
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -285,6 +294,53 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.logger.Info("stopped; every request in flight was answered")
 	return nil
+}
+
+// refusedConn logs a connection closed for --max-connections-per-client at the 1st, 2nd, 4th, …
+// refusal: enough to see a client that holds too many, never a line per connection.
+func (s *Server) refusedConn(client string) {
+	if n := s.connsRefused.Add(1); n&(n-1) == 0 {
+		s.logger.Warn("connection closed: the client address holds its limit of busy connections", "remote", client,
+			"limit", s.cfg.MaxConnsPerClient, "refused", n)
+	}
+}
+
+// httpServer is an http.Server for h with the configured timeouts, and ln wrapped in the configured
+// connection bounds.
+func (s *Server) httpServer(h http.Handler, ln net.Listener) (*http.Server, net.Listener) {
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	cl := connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConns, PerClient: s.cfg.MaxConnsPerClient, OnRefused: s.refusedConn})
+	hs.ConnState = cl.ConnState
+	return hs, cl
+}
+
+// ServeMetrics answers GET /metrics without a token on ln (404 on any other path), with the API's
+// timeouts and connection bounds, until ctx is done; then it closes ln and its connections. For a
+// listener that only the scraper reaches (ticketd serve --metrics-listen).
+func (s *Server) ServeMetrics(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metrics.Handler())
+	hs, ln := s.httpServer(mux, ln)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: metrics: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	<-errc
+	return err
 }
 
 // requestID returns the request's ID (set by observe).

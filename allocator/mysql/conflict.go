@@ -30,20 +30,17 @@ const conflictTries = 8
 
 // retryConflicts runs write, and runs it again after a short jittered wait while it fails with a
 // conflict, a few times at most and never past ctx. write must be one statement run on its own (its
-// own transaction): a conflict rolls it back whole, so run again it takes effect once.
-func retryConflicts(ctx context.Context, write func() error) error {
+// own transaction): a conflict rolls it back whole, so run again it takes effect once. sleep is the
+// Store's (see allocator.Runtime).
+func retryConflicts(ctx context.Context, sleep func(context.Context, time.Duration) bool, write func() error) error {
 	wait := backoff.Policy{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}
 	for try := 1; ; try++ {
 		err := write()
 		if err == nil || !isConflict(err) || try == conflictTries {
 			return err
 		}
-		t := time.NewTimer(wait.Wait(try))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait.Wait(try)) {
 			return err
-		case <-t.C:
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/ticketd/ticketd/allocator"
 )
 
 // TestRetryConflicts: a write rolled back for a conflict (a deadlock, as Galera reports a lost
@@ -33,7 +35,7 @@ func TestRetryConflicts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := 0
-			err := retryConflicts(tc.ctx, func() error {
+			err := retryConflicts(tc.ctx, allocator.Sleep, func() error {
 				runs++
 				if runs <= len(tc.errs) {
 					return tc.errs[runs-1]

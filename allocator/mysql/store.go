@@ -6,6 +6,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer, if set, sees every lease attempt.
 	Observer allocator.Observer
+	// Connectors, when set, reach the servers instead of DSNs, one per server in the same order, with
+	// Names: a seam for a simulation of the servers, which answers the statements of this package.
+	Connectors []driver.Connector
+	// Runtime is the clock, randomness and background work of the servers' failover set and of
+	// every wait (see allocator.Runtime). Default the real ones.
+	Runtime allocator.Runtime
 
 	now func() time.Time
 	// beforeChange runs before each server takes a namespace change (see failover.Config), and
@@ -49,13 +56,25 @@ func (c Config) withDefaults() Config {
 	c.Failover = c.Failover.WithDefaults()
 	allocator.Default(&c.Logger, slog.Default())
 	if c.now == nil {
+		c.now = c.Runtime.Now
+	}
+	if c.now == nil {
 		c.now = time.Now
 	}
+	c.Runtime.Now = c.now
+	c.Runtime = c.Runtime.WithDefaults()
 	return c
 }
 
 // validate checks what withDefaults cannot fill in: the servers, and no negative field.
 func (c Config) validate() error {
+	if len(c.Connectors) > 0 {
+		if len(c.DSNs) != 0 || len(c.Names) != len(c.Connectors) {
+			return fmt.Errorf("%w: mysql: %d connectors need as many names and no DSN (%d names, %d DSNs)",
+				allocator.ErrInvalidConfig, len(c.Connectors), len(c.Names), len(c.DSNs))
+		}
+		return c.Failover.Check("mysql.Config")
+	}
 	if len(c.DSNs) == 0 {
 		return fmt.Errorf("%w: mysql: no ticket server DSN given", allocator.ErrInvalidConfig)
 	}
@@ -369,11 +388,17 @@ func build(cfg Config) (*Store, error) {
 	p.set = failover.NewSet[*server, rowSettings](failover.Config{
 		Noun: "ticket server", Every: "every server",
 		Failover: cfg.Failover, IsFault: failover.IsServerFault, Logger: cfg.Logger, Observer: cfg.Observer, Now: cfg.now,
-		CheckCeiling: p.checkCeiling, BeforeChange: cfg.beforeChange,
+		Runtime: cfg.Runtime, CheckCeiling: p.checkCeiling, BeforeChange: cfg.beforeChange,
 	})
 	p.Front = failover.NewFront(p.set, func(ctx context.Context, s *server, r rowSettings, size int64) (allocator.Block, error) {
 		return s.lease(ctx, r.ns, size)
 	}, func(ctx context.Context, s *server, r rowSettings) error { return s.ensureRow(ctx, r) }, errRowMissing, p.serverStates)
+	if len(cfg.Connectors) > 0 {
+		for i, conn := range cfg.Connectors {
+			p.add(cfg.Names[i], conn)
+		}
+		return p, nil
+	}
 	seen := map[string]bool{}
 	for i, dsn := range cfg.DSNs {
 		mc, err := mysql.ParseDSN(strings.TrimSpace(dsn))
@@ -399,18 +424,23 @@ func build(cfg Config) (*Store, error) {
 			p.closeDBs()
 			return nil, fmt.Errorf("mysql: server %s: %w", name, err)
 		}
-		s := &server{Member: p.set.NewMember(name), pair: p}
-		s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
-		s.db.SetMaxOpenConns(cfg.MaxConns)
-		s.db.SetMaxIdleConns(cfg.MaxConns)
-		s.db.SetConnMaxLifetime(30 * time.Minute)
-		s.ctl = sql.OpenDB(conn)
-		s.ctl.SetMaxOpenConns(4)
-		s.ctl.SetMaxIdleConns(2)
-		s.ctl.SetConnMaxLifetime(30 * time.Minute)
-		p.set.Add(s)
+		p.add(name, conn)
 	}
 	return p, nil
+}
+
+// add appends the server named, reached through conn.
+func (p *Store) add(name string, conn driver.Connector) {
+	s := &server{Member: p.set.NewMember(name), pair: p}
+	s.db = sql.OpenDB(verifyingConnector{Connector: conn, s: s})
+	s.db.SetMaxOpenConns(p.cfg.MaxConns)
+	s.db.SetMaxIdleConns(p.cfg.MaxConns)
+	s.db.SetConnMaxLifetime(30 * time.Minute)
+	s.ctl = sql.OpenDB(conn)
+	s.ctl.SetMaxOpenConns(4)
+	s.ctl.SetMaxIdleConns(2)
+	s.ctl.SetConnMaxLifetime(30 * time.Minute)
+	p.set.Add(s)
 }
 
 // RouteDriverLogs sends go-sql-driver's own log lines (dropped connections and the like, which the pair

@@ -126,7 +126,7 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 			args = append(args, ns, v.offset, m.Value, nowUS, m.Identity)
 		}
 		query := batchSQL(markSQL, markRow, len(chunk))
-		if err := retryConflicts(ctx, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
+		if err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
 			return fmt.Errorf("water marks of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
 		for _, ns := range chunk {
@@ -149,7 +149,7 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 		}
 		args = append(args, window, window, window)
 		query := batchSQL(paceSQL, paceRow, len(chunk))
-		if err := retryConflicts(ctx, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
+		if err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
 			return fmt.Errorf("lease rates of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
 	}

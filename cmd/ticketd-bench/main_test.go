@@ -31,6 +31,8 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 		{[]string{"--duration", "5"}, `want a duration with a unit`, "ticketd-bench --help"},
 		{[]string{"chaos", "--min-ids", "0"}, "0 is outside 1..2147483647", "ticketd-bench chaos --help"},
 		{[]string{"chaos", "now"}, "chaos takes no arguments", "ticketd-bench chaos --help"},
+		{[]string{"sim", "--off", "fences"}, `unknown mechanism "fences"`, "ticketd-bench sim --help"},
+		{[]string{"sim", "--schedules", "0"}, "0 is outside 1..", "ticketd-bench sim --help"},
 	} {
 		_, errOut, code := run(t, tt.args...)
 		if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "ticketd-bench: ") ||
@@ -49,6 +51,7 @@ func TestHelpExitsZero(t *testing.T) {
 		"gen load -h":          {"usage: ticketd-bench [flags]"},
 		"chaos -h gen":         {"usage: ticketd-bench chaos"},
 		"btree --quick --help": {"-quick"},
+		"sim --help":           {"usage: ticketd-bench sim [flags]", "-schedules schedules", "-off string", "repair-margin"},
 	} {
 		_, errOut, code := run(t, strings.Fields(args)...)
 		for _, w := range want {

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/clientip"
 	"github.com/ticketd/ticketd/internal/cliflag"
 	"github.com/ticketd/ticketd/server"
 )
@@ -27,10 +28,12 @@ type serveCmd struct {
 	listen                                                 string
 	adminToken, tokenFile, metricsToken                    string
 	tokens                                                 tokenListFlag
-	noAuth, publicNoAuth                                   bool
+	noAuth, publicNoAuth, metricsPublic                    bool
 	openByDefault                                          bool // no token, embedded store, loopback
 	metricsListen                                          string
-	maxConns                                               int
+	trustedProxy                                           string
+	trustedProxies                                         []netip.Prefix
+	maxConns, maxConnsPerClient                            int
 	tlsCert, tlsKey                                        string
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
 	shutdownTimeout                                        time.Duration
@@ -71,8 +74,11 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.noAuth, "no-auth", false, "turn authentication off: anyone who reaches the address is admin (local development only; loopback addresses only)")
 	fs.BoolVar(&c.publicNoAuth, "insecure-public-no-auth", false, "with --no-auth, serve on an address that is not loopback, open to every host that reaches it: anyone may lease IDs and move counters")
 	fs.StringVar(&c.metricsToken, "metrics-token", "", "bearer `TOKEN` good for /metrics alone, for a Prometheus scraper (the admin token works too)")
-	fs.StringVar(&c.metricsListen, "metrics-listen", "", "also serve /metrics without a token on this `ADDRESS` of its own (keep it loopback or private); empty: none")
-	fs.IntVar(&c.maxConns, "max-connections", 4096, "connections open at once; past it new ones wait to be accepted")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "also serve /metrics without a token on this loopback `ADDRESS` of its own, with the API's timeouts and connection limits; empty: none")
+	fs.BoolVar(&c.metricsPublic, "metrics-listen-public", false, "let --metrics-listen be an address that is not loopback: everyone who reaches it reads every namespace's metrics without a token (keep it on a network only the scraper reaches)")
+	fs.StringVar(&c.trustedProxy, "trusted-proxy", "", "`CIDRS` of the proxies in front of ticketd (comma-separated, like 10.0.0.0/8,fd00::/8): X-Forwarded-For is believed from them alone, for rate limits, failed logins and logs; empty: never")
+	fs.IntVar(&c.maxConns, "max-connections", 4096, "connections open at once; past it new ones wait to be accepted, and near it the connection idle the longest is closed for each new one")
+	fs.IntVar(&c.maxConnsPerClient, "max-connections-per-client", 256, "connections one client address (an IPv6 /64) may hold at once; past it its oldest idle one is closed for a new one, or the new one is refused; 0 means only --max-connections bounds them (behind a proxy, every client has its address)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "`FILE` of the TLS certificate (PEM); with --tls-key, serve HTTPS")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "`FILE` of the TLS private key (PEM)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send the request headers")
@@ -166,10 +172,24 @@ func (c *serveCmd) validate() error {
 	if c.maxConns < 1 {
 		return usagef("--max-connections %d must be at least 1", c.maxConns)
 	}
+	if c.maxConnsPerClient < 0 {
+		return usagef("--max-connections-per-client %d must not be negative (0: no bound of its own)", c.maxConnsPerClient)
+	}
+	ps, err := clientip.ParsePrefixes(c.trustedProxy)
+	if err != nil {
+		return usagef("--trusted-proxy: %v; give the proxies' addresses or networks, comma-separated", err)
+	}
+	c.trustedProxies = ps
 	if c.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
 			return usagef("--metrics-listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:9090", c.metricsListen)
 		}
+		if !isLoopback(c.metricsListen) && !c.metricsPublic {
+			return usagef("--metrics-listen %s is not a loopback address: anyone who reaches it would read every namespace's metrics without a token; "+
+				"listen on 127.0.0.1, let Prometheus send --metrics-token to the API address, or, for a network only the scraper reaches, add --metrics-listen-public", c.metricsListen)
+		}
+	} else if c.metricsPublic {
+		return usagef("--metrics-listen-public goes with --metrics-listen only")
 	}
 	return nil
 }
@@ -205,13 +225,6 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, usagef("--log-level %q must be debug, info, warn or error", s)
 	}
 	return l, nil
-}
-
-// metricsOnly answers GET /metrics with h, and 404 on every other path.
-func metricsOnly(h http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", h)
-	return mux
 }
 
 func isLoopback(addr string) bool {
@@ -254,6 +267,7 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	srv, err := server.New(server.Config{
 		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
 		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst, MaxConns: c.maxConns,
+		TrustedProxies:    c.trustedProxies,
 		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax, IdleAfter: c.cacheIdle},
 		ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		IdleTimeout: c.idleTime, ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
@@ -283,11 +297,16 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 			_ = ln.Close()
 			return fmt.Errorf("listen on %s (--metrics-listen): %w", c.metricsListen, err)
 		}
-		ms := &http.Server{Handler: metricsOnly(srv.MetricsHandler()), ReadHeaderTimeout: c.readHeaderTimeout,
-			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-		go func() { _ = ms.Serve(mln) }()
-		m.onClose(ms.Close)
-		logger.Info("serving /metrics without a token", "addr", mln.Addr().String())
+		mctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := srv.ServeMetrics(mctx, mln); err != nil && mctx.Err() == nil {
+				logger.Error("the metrics listener stopped", "addr", mln.Addr().String(), "err", err)
+			}
+		}()
+		m.onClose(func() error { stop(); <-done; return nil })
+		logger.Info("serving /metrics without a token", "addr", mln.Addr().String(), "public", c.metricsPublic)
 	}
 	var servers []string
 	if h, ok := backend.(allocator.HealthReporter); ok {

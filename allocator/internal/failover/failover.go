@@ -36,6 +36,9 @@ type Config struct {
 	Observer allocator.Observer
 	// Now is the clock.
 	Now func() time.Time
+	// Runtime is where waits, jitter and background work come from (see allocator.Runtime); its zero
+	// fields are the real ones, and its clock is Now.
+	Runtime allocator.Runtime
 	// CheckCeiling, when set, is asked before a namespace gets a ceiling below the default (at create)
 	// or a lower one (at update): it refuses while ticketd processes that ignore ceilings may be
 	// leasing (an older release, during an upgrade).

@@ -69,7 +69,7 @@ func (m *Member) MarkDown(err error) {
 	m.mu.Lock()
 	wasUp := m.up
 	m.up = false
-	wait := backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff}.Wait(m.streak.Failures + 1)
+	wait := backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff, Jitter: cfg.Runtime.Float64}.Wait(m.streak.Failures + 1)
 	now := cfg.Now()
 	m.streak.Fail(now, wait)
 	m.lastErr = err

@@ -344,11 +344,15 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 		return set.refresh(ctx, name, now)
 	}
 	done := set.refreshing
-	if done == nil && !set.closed.Load() {
+	start := done == nil && !set.closed.Load()
+	if start {
 		done = make(chan struct{})
 		set.refreshing = done
 		set.wg.Add(1)
-		go func() {
+	}
+	set.settingsMu.Unlock()
+	if start { // after the unlock: a runtime may run it at once, in this goroutine
+		set.cfg.Runtime.Go(func() {
 			defer set.wg.Done()
 			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
 			set.refreshAll(rctx, now)
@@ -357,9 +361,8 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 			set.refreshing = nil
 			set.settingsMu.Unlock()
 			close(done)
-		}()
+		})
 	}
-	set.settingsMu.Unlock()
 	t := time.NewTimer(slowSettings)
 	defer t.Stop()
 	select {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,10 +46,15 @@ type cachedSettings[R any] struct {
 
 // NewSet returns an empty Set; add its servers with Add before any other call.
 func NewSet[S Server[R], R Record[R]](cfg Config) *Set[S, R] {
+	if cfg.Runtime.Now == nil {
+		cfg.Runtime.Now = cfg.Now
+	}
+	cfg.Runtime = cfg.Runtime.WithDefaults()
+	cfg.Now = cfg.Runtime.Now
 	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{},
 		done: make(chan struct{})}
 	set.bg, set.stopBG = context.WithCancel(context.Background())
-	set.next.Store(rand.Uint64()) // processes started together do not all begin on the same server
+	set.next.Store(uint64(cfg.Runtime.Float64() * (1 << 32))) // processes started together do not all begin on the same server
 	return set
 }
 
@@ -87,10 +91,10 @@ func (set *Set[S, R]) InParallel(fn func(S) error) []error {
 	var wg sync.WaitGroup
 	for i, s := range set.servers {
 		wg.Add(1)
-		go func() {
+		set.cfg.Runtime.Go(func() {
 			defer wg.Done()
 			errs[i] = fn(s)
-		}()
+		})
 	}
 	wg.Wait()
 	return errs
@@ -131,6 +135,9 @@ func (set *Set[S, R]) why(errs []error) error {
 // Every runs fn every d in the background until Close, and also soon after each call of the returned
 // kick (calls that come while fn runs or waits to run are merged into one run).
 func (set *Set[S, R]) Every(d time.Duration, fn func()) (kick func()) {
+	if set.cfg.Runtime.Every != nil {
+		return set.cfg.Runtime.Every(d, set.done, fn)
+	}
 	kicked := make(chan struct{}, 1)
 	set.wg.Add(1)
 	go func() {
@@ -208,11 +215,12 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 	if set.closed.Load() {
 		return allocator.Block{}, allocator.ErrClosed
 	}
-	began := time.Now()
+	began := set.cfg.Now()
+	deadline := began.Add(set.cfg.Timeout)
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	rec, err := set.Settings(ctx, namespace)
-	for round := 1; errors.Is(err, allocator.ErrUnavailable) && set.pause(ctx, round); round++ {
+	for round := 1; errors.Is(err, allocator.ErrUnavailable) && set.pause(ctx, round, deadline); round++ {
 		rec, err = set.Settings(ctx, namespace)
 	}
 	if err != nil {
@@ -234,7 +242,7 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 		if blk, done, err := l.round(ctx, order); done {
 			return blk, err
 		}
-		if len(l.spent) == len(set.servers) || set.closed.Load() || !set.pause(ctx, rounds) {
+		if len(l.spent) == len(set.servers) || set.closed.Load() || !set.pause(ctx, rounds, deadline) {
 			break
 		}
 	}
@@ -250,7 +258,7 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 	}
 	if rounds > 1 {
 		return allocator.Block{}, fmt.Errorf("%w: namespace %q, %d rounds over the servers in %s: %w", allocator.ErrUnavailable, namespace, rounds,
-			time.Since(began).Round(time.Millisecond), errs)
+			set.cfg.Now().Sub(began).Round(time.Millisecond), errs)
 	}
 	return allocator.Block{}, fmt.Errorf("%w: namespace %q: %w", allocator.ErrUnavailable, namespace, errs)
 }
@@ -322,26 +330,23 @@ func (l *leaseRounds[S, R]) errs() error {
 }
 
 // pause waits before the next round of a call's tries: MinBackoff doubled per round up to MaxBackoff,
-// jittered, and never closer to the call's deadline than MinBackoff (the last round still has time
-// to ask). It reports false, at once, when no round is left: the call ended or its time is spent.
-func (set *Set[S, R]) pause(ctx context.Context, round int) bool {
-	wait := backoff.Policy{Min: set.cfg.MinBackoff, Max: set.cfg.MaxBackoff}.Wait(round)
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)-set.cfg.MinBackoff)
+// jittered, and never closer to the call's deadline (ctx's, and deadline on the Set's clock) than
+// MinBackoff (the last round still has time to ask). It reports false, at once, when no round is left:
+// the call ended or its time is spent.
+func (set *Set[S, R]) pause(ctx context.Context, round int, deadline time.Time) bool {
+	wait := backoff.Policy{Min: set.cfg.MinBackoff, Max: set.cfg.MaxBackoff, Jitter: set.cfg.Runtime.Float64}.Wait(round)
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)-set.cfg.MinBackoff)
 	}
-	if wait <= 0 || ctx.Err() != nil {
+	wait = min(wait, deadline.Sub(set.cfg.Now())-set.cfg.MinBackoff)
+	if wait <= 0 || ctx.Err() != nil || set.closed.Load() {
 		return false
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-set.done:
-		return false
-	case <-t.C:
-		return true
-	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(set.bg, cancel) // Close ends the wait
+	defer stop()
+	return set.cfg.Runtime.Sleep(sctx, wait)
 }
 
 // attempt makes one attempt on one server, reviving it first if it was down, and keeps its health.

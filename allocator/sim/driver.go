@@ -1,0 +1,548 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ticketd/ticketd/schema"
+)
+
+// The simulated ticket server answers the statements the MySQL backend sends, as MariaDB would: each
+// by its text (whitespace folded) and its arguments, against the tables of one server's data. Nothing
+// else is understood: a statement it does not know fails loudly, so a new statement in the backend is
+// seen here at once.
+
+// data is one server's tables.
+type data struct {
+	rows  map[rowKey]*row
+	marks map[peerKey]*mark
+	rates map[peerKey]*rate
+}
+
+type rowKey struct {
+	name   string
+	offset int64
+}
+
+type peerKey struct {
+	ns     string
+	offset int64
+}
+
+type row struct {
+	name                          string
+	next, step, offset, start     int64
+	block, maxBlock, ttlMS, maxID int64
+	createdUS, updatedUS, maxIDUS int64
+}
+
+type mark struct {
+	high, updatedUS int64
+	identity        string
+}
+
+type rate struct {
+	peak, updatedUS, writtenUS, leased, windowLeased, windowUS, fleetPeak, intervalUS int64
+}
+
+func newData() *data {
+	return &data{rows: map[rowKey]*row{}, marks: map[peerKey]*mark{}, rates: map[peerKey]*rate{}}
+}
+
+func (d *data) clone() *data {
+	c := newData()
+	for k, v := range d.rows {
+		r := *v
+		c.rows[k] = &r
+	}
+	for k, v := range d.marks {
+		m := *v
+		c.marks[k] = &m
+	}
+	for k, v := range d.rates {
+		r := *v
+		c.rates[k] = &r
+	}
+	return c
+}
+
+// sortedRows returns the rows that pass keep, by name and offset.
+func (d *data) sortedRows(keep func(*row) bool) []*row {
+	var out []*row
+	for _, r := range d.rows {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].name != out[j].name {
+			return out[i].name < out[j].name
+		}
+		return out[i].offset < out[j].offset
+	})
+	return out
+}
+
+// errNetwork is what a statement or a connection meets on a link that is cut, or whose reply is lost.
+var errNetwork = errors.New("sim: i/o timeout")
+
+// connector is one party's way to one server.
+type connector struct {
+	w    *World
+	from string
+	srv  *Server
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	if err := c.w.reach(c.from, c.srv); err != nil {
+		return nil, err
+	}
+	return &conn{connector: c, epoch: c.srv.epoch}, nil
+}
+
+func (c connector) Driver() driver.Driver { return simDriver{} }
+
+type simDriver struct{}
+
+func (simDriver) Open(string) (driver.Conn, error) {
+	return nil, errors.New("sim: open through a connector")
+}
+
+// conn is one connection: it breaks when its server restarts (a new epoch).
+type conn struct {
+	connector
+	epoch int
+}
+
+func (c *conn) Prepare(string) (driver.Stmt, error) {
+	return nil, errors.New("sim: prepared statements are not simulated")
+}
+func (c *conn) Close() error { return nil }
+func (c *conn) Begin() (driver.Tx, error) {
+	return nil, errors.New("sim: transactions are not simulated")
+}
+func (c *conn) IsValid() bool { return c.srv.up && c.epoch == c.srv.epoch }
+func (c *conn) ResetSession(context.Context) error {
+	if !c.IsValid() {
+		return driver.ErrBadConn
+	}
+	return nil
+}
+
+func (c *conn) Ping(context.Context) error {
+	if c.epoch != c.srv.epoch {
+		return driver.ErrBadConn
+	}
+	return c.w.reach(c.from, c.srv)
+}
+
+// begin checks the way to the server before a statement runs.
+func (c *conn) begin() error {
+	if c.srv.up && c.epoch != c.srv.epoch {
+		return driver.ErrBadConn
+	}
+	return c.w.reach(c.from, c.srv)
+}
+
+func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if err := c.begin(); err != nil {
+		return nil, err
+	}
+	c.w.wrote(c.from)
+	res, err := c.srv.exec(c.w, fold(query), values(args))
+	if err != nil {
+		return nil, err
+	}
+	if c.w.replyLost(c.from, c.srv) {
+		return nil, errNetwork
+	}
+	return res, nil
+}
+
+func (c *conn) QueryContext(_ context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if err := c.begin(); err != nil {
+		return nil, err
+	}
+	rs, err := c.srv.query(c.w, fold(query), values(args))
+	if err != nil {
+		return nil, err
+	}
+	if c.w.replyLost(c.from, c.srv) {
+		return nil, errNetwork
+	}
+	return rs, nil
+}
+
+func fold(q string) string { return strings.Join(strings.Fields(q), " ") }
+
+func values(args []driver.NamedValue) []driver.Value {
+	out := make([]driver.Value, len(args))
+	for i, a := range args {
+		out[i] = a.Value
+	}
+	return out
+}
+
+func i64(v driver.Value) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case float64:
+		return int64(x)
+	case bool:
+		if x {
+			return 1
+		}
+		return 0
+	}
+	panic(fmt.Sprintf("sim: not an integer: %T %v", v, v))
+}
+
+func str(v driver.Value) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	panic(fmt.Sprintf("sim: not a string: %T %v", v, v))
+}
+
+type result struct{ id, n int64 }
+
+func (r result) LastInsertId() (int64, error) { return r.id, nil }
+func (r result) RowsAffected() (int64, error) { return r.n, nil }
+
+type rows struct {
+	cols []string
+	vals [][]driver.Value
+	i    int
+}
+
+func (r *rows) Columns() []string { return r.cols }
+func (r *rows) Close() error      { return nil }
+func (r *rows) Next(dest []driver.Value) error {
+	if r.i >= len(r.vals) {
+		return io.EOF
+	}
+	copy(dest, r.vals[r.i])
+	r.i++
+	return nil
+}
+
+const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, updated_us, max_id_us"
+
+func (r *row) values() []driver.Value {
+	return []driver.Value{r.name, r.next, r.step, r.offset, r.start, r.block, r.maxBlock, r.ttlMS, r.maxID, r.updatedUS, r.maxIDUS}
+}
+
+func rowsOf(rs []*row) *rows {
+	out := &rows{cols: strings.Split(rowColumns, ", ")}
+	for _, r := range rs {
+		out.vals = append(out.vals, r.values())
+	}
+	return out
+}
+
+// query answers a SELECT or SHOW.
+func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error) {
+	d := s.data
+	switch {
+	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
+		return &rows{cols: make([]string, 8), vals: [][]driver.Value{{s.step, s.offset, int64(1), int64(1), int64(1), "10.11.6-MariaDB-sim", int64(0), s.identity(w)}}}, nil
+	case strings.HasPrefix(q, "SHOW GLOBAL VARIABLES"), strings.HasPrefix(q, "SHOW GLOBAL STATUS"):
+		return &rows{cols: []string{"Variable_name", "Value"}}, nil
+	case q == "SELECT @@GLOBAL.server_id":
+		return &rows{cols: []string{"server_id"}, vals: [][]driver.Value{{s.identity(w)}}}, nil
+	case q == "SHOW REPLICA STATUS", q == "SHOW SLAVE STATUS":
+		return &rows{}, nil
+	case q == "SELECT MAX(version) FROM ticketd_schema_migrations":
+		return &rows{cols: []string{"v"}, vals: [][]driver.Value{{int64(schema.Latest())}}}, nil
+	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset":
+		return rowsOf(d.sortedRows(func(*row) bool { return true })), nil
+	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name":
+		off := i64(a[0])
+		return rowsOf(d.sortedRows(func(r *row) bool { return r.offset == off })), nil
+	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ? AND id_offset = ?":
+		name, off := str(a[0]), i64(a[1])
+		return rowsOf(d.sortedRows(func(r *row) bool { return r.name == name && r.offset == off })), nil
+	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ? ORDER BY updated_us DESC LIMIT 1":
+		name := str(a[0])
+		rs := d.sortedRows(func(r *row) bool { return r.name == name })
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].updatedUS > rs[j].updatedUS })
+		return rowsOf(rs[:min(1, len(rs))]), nil
+	case q == "SELECT name, next_id, '' FROM ticketd_namespaces WHERE id_offset = ?":
+		out := &rows{cols: []string{"name", "next_id", "x"}}
+		if w.Off.PeerMarks {
+			return out, nil
+		}
+		off := i64(a[0])
+		for _, r := range d.sortedRows(func(r *row) bool { return r.offset == off }) {
+			out.vals = append(out.vals, []driver.Value{r.name, r.next, ""})
+		}
+		return out, nil
+	case strings.HasPrefix(q, "SELECT namespace, high_water"):
+		cols := strings.Split(strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "), ", ")
+		out := &rows{cols: cols}
+		if w.Off.PeerMarks {
+			return out, nil
+		}
+		off := i64(a[0])
+		for _, k := range keysOf(d.marks) {
+			if k.offset != off {
+				continue
+			}
+			m := d.marks[k]
+			v := []driver.Value{k.ns, m.high, m.identity}
+			out.vals = append(out.vals, v[:len(cols)])
+		}
+		return out, nil
+	case strings.HasPrefix(q, "SELECT fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates"):
+		out := &rows{cols: []string{"f", "p", "i"}}
+		if r, ok := d.rates[peerKey{str(a[0]), i64(a[1])}]; ok && !w.Off.PeerMarks {
+			out.vals = append(out.vals, []driver.Value{r.fleetPeak, r.peak, r.intervalUS})
+		}
+		return out, nil
+	case strings.HasPrefix(q, "SELECT peak_per_s FROM ticketd_lease_rates"):
+		out := &rows{cols: []string{"p"}}
+		if r, ok := d.rates[peerKey{str(a[0]), i64(a[1])}]; ok && !w.Off.PeerMarks {
+			out.vals = append(out.vals, []driver.Value{r.peak})
+		}
+		return out, nil
+	case strings.HasPrefix(q, "SELECT COUNT(*), MAX(updated_us) FROM ticketd_lease_rates"):
+		var n int64
+		var last driver.Value
+		for _, k := range keysOf(d.rates) {
+			if r := d.rates[k]; k.ns == str(a[0]) && r.updatedUS > i64(a[1]) {
+				n++
+				last = max(i64(orZero(last)), r.updatedUS)
+			}
+		}
+		return &rows{cols: []string{"n", "m"}, vals: [][]driver.Value{{n, last}}}, nil
+	}
+	panic("sim: query not simulated: " + q)
+}
+
+func orZero(v driver.Value) driver.Value {
+	if v == nil {
+		return int64(0)
+	}
+	return v
+}
+
+// keysOf returns a table's keys in order.
+func keysOf[V any](m map[peerKey]V) []peerKey {
+	return slices.SortedFunc(maps.Keys(m), func(a, b peerKey) int {
+		if c := cmp.Compare(a.ns, b.ns); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.offset, b.offset)
+	})
+}
+
+// exec answers an INSERT or UPDATE.
+func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, error) {
+	d := s.data
+	nowUS := w.now.UnixMicro()
+	switch {
+	case strings.HasPrefix(q, "UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(GREATEST(next_id, ?) + ? * ?)"):
+		// first, total, step; name, step, offset, floor, step, residue, largest, first, total, step,
+		// first, [known max_id,] total, step
+		first, total, step := i64(a[0]), i64(a[1]), i64(a[2])
+		r := d.rows[rowKey{str(a[3]), i64(a[5])}]
+		known := int64(math.MaxInt64)
+		if len(a) == 17 && !w.Off.CeilingBound {
+			known = i64(a[14])
+		}
+		if r == nil || r.step != i64(a[4]) || (!w.Off.Floors && r.next < i64(a[6])) || r.next%i64(a[7]) != i64(a[8]) ||
+			i64(a[9]) > r.maxBlock {
+			return result{}, nil
+		}
+		base := max(r.next, first)
+		if base > math.MaxInt64-total*step || base > min(r.maxID, known)-(total-1)*step {
+			return result{}, nil
+		}
+		r.next = base + total*step
+		return result{id: r.next, n: 1}, nil
+	case strings.HasPrefix(q, "UPDATE ticketd_namespaces SET next_id = LAST_INSERT_ID(?)"):
+		// end; name, step, offset, counter read, floor, max_id read, largest
+		r := d.rows[rowKey{str(a[1]), i64(a[3])}]
+		if r == nil || r.step != i64(a[2]) || r.next != i64(a[4]) || (!w.Off.Floors && r.next < i64(a[5])) || r.maxID != i64(a[6]) || i64(a[7]) > r.maxBlock {
+			return result{}, nil
+		}
+		r.next = i64(a[0])
+		return result{id: r.next, n: 1}, nil
+	case strings.HasPrefix(q, "UPDATE ticketd_namespaces SET block_size = IF("):
+		return s.updateRow(w, a)
+	case q == "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ? AND step = ? AND id_offset = ?":
+		r := d.rows[rowKey{str(a[1]), i64(a[3])}]
+		if r == nil || r.step != i64(a[2]) || r.next >= i64(a[0]) {
+			return result{}, nil
+		}
+		r.next = i64(a[0])
+		return result{n: 1}, nil
+	case strings.HasPrefix(q, "INSERT IGNORE INTO ticketd_namespaces"):
+		cols := strings.Split(q[strings.Index(q, "(")+1:strings.Index(q, ")")], ", ")
+		r := &row{}
+		for i, c := range cols {
+			switch c {
+			case "name":
+				r.name = str(a[i])
+			case "next_id":
+				r.next = i64(a[i])
+			case "step":
+				r.step = i64(a[i])
+			case "id_offset":
+				r.offset = i64(a[i])
+			case "start_id":
+				r.start = i64(a[i])
+			case "block_size":
+				r.block = i64(a[i])
+			case "max_block_size":
+				r.maxBlock = i64(a[i])
+			case "lease_ttl_ms":
+				r.ttlMS = i64(a[i])
+			case "max_id":
+				r.maxID = i64(a[i])
+			case "created_us":
+				r.createdUS = i64(a[i])
+			case "updated_us":
+				r.updatedUS = i64(a[i])
+			case "max_id_us":
+				r.maxIDUS = i64(a[i])
+			default:
+				panic("sim: column not simulated: " + c)
+			}
+		}
+		k := rowKey{r.name, r.offset}
+		if d.rows[k] != nil {
+			return result{}, nil
+		}
+		d.rows[k] = r
+		return result{n: 1}, nil
+	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks") && strings.Contains(q, "VALUES(high_water)"):
+		// Many namespaces' marks, a row of namespace, offset, mark, now, identity each: each as the
+		// statement of one mark with its identity.
+		n := 0
+		for i := 0; i+5 <= len(a); i += 5 {
+			id, m := a[i+4], a[i+2]
+			res, _ := s.exec(w, "INSERT INTO ticketd_watermarks", []driver.Value{a[i], a[i+1], m, a[i+3], id, id, m, id, m, a[i+3]})
+			n += int(res.(result).n)
+		}
+		return result{n: int64(n)}, nil
+	case strings.HasPrefix(q, "INSERT INTO ticketd_lease_rates") && strings.Contains(q, "VALUES(leased)"):
+		// Many namespaces' rates, a row of namespace, offset, rate, now, span, span, interval each, then
+		// the window thrice: each as the statement of one rate.
+		window := a[len(a)-1]
+		n := 0
+		for i := 0; i+7 <= len(a)-3; i += 7 {
+			span, rate, now, interval := a[i+4], a[i+2], a[i+3], a[i+6]
+			res, _ := s.pace(q, []driver.Value{a[i], a[i+1], rate, now, span, span, interval,
+				window, span, window, span, window, span, rate, now, interval}, nowUS)
+			n += int(res.(result).n)
+		}
+		return result{n: int64(n)}, nil
+	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks"):
+		k := peerKey{str(a[0]), i64(a[1])}
+		m := d.marks[k]
+		if len(a) == 10 { // with the server's identity
+			if m == nil {
+				d.marks[k] = &mark{high: i64(a[2]), updatedUS: i64(a[3]), identity: str(a[4])}
+				return result{n: 1}, nil
+			}
+			if id := str(a[5]); id != "" && (i64(a[6]) > m.high || m.identity == "") {
+				m.identity = str(a[7])
+			}
+			m.high, m.updatedUS = max(m.high, i64(a[8])), i64(a[9])
+			return result{n: 2}, nil
+		}
+		// namespace, offset, mark, now; mark; now
+		if m == nil {
+			d.marks[k] = &mark{high: i64(a[2]), updatedUS: i64(a[3])}
+			return result{n: 1}, nil
+		}
+		m.high, m.updatedUS = max(m.high, i64(a[len(a)-2])), i64(a[len(a)-1])
+		return result{n: 2}, nil
+	case strings.HasPrefix(q, "INSERT INTO ticketd_lease_rates"):
+		return s.pace(q, a, nowUS)
+	}
+	panic("sim: statement not simulated: " + q)
+}
+
+// updateRow answers the namespace change (see mysql's updateRow): assignments left to right, each on
+// the values the ones before it left.
+func (s *Server) updateRow(w *World, a []driver.Value) (driver.Result, error) {
+	r := s.data.rows[rowKey{str(a[14]), i64(a[16])}]
+	if r == nil || r.step != i64(a[15]) || (!w.Off.Floors && r.next < i64(a[17])) {
+		return result{}, nil
+	}
+	if !(r.next-r.step <= i64(a[18]) || r.maxID <= i64(a[19]) || i64(a[20]) < r.maxIDUS || (i64(a[21]) == r.maxIDUS && i64(a[22]) >= r.maxID)) {
+		return result{}, nil
+	}
+	before := *r
+	if i64(a[0]) > r.updatedUS {
+		r.block = i64(a[1])
+	}
+	if i64(a[2]) > r.updatedUS {
+		r.maxBlock = i64(a[3])
+	}
+	if i64(a[4]) > r.updatedUS {
+		r.ttlMS = i64(a[5])
+	}
+	if i64(a[6]) > r.maxIDUS || (i64(a[7]) == r.maxIDUS && i64(a[8]) < r.maxID) {
+		r.maxID = i64(a[9])
+	}
+	r.maxIDUS = max(r.maxIDUS, i64(a[10]))
+	r.start = max(r.start, i64(a[11]))
+	r.next = max(r.next, i64(a[12]))
+	r.updatedUS = max(r.updatedUS, i64(a[13]))
+	if *r == before {
+		return result{}, nil
+	}
+	return result{n: 1}, nil
+}
+
+// pace answers the write of a process's lease rate (see mysql's paceSQL), on the server's clock.
+func (s *Server) pace(q string, a []driver.Value, nowUS int64) (driver.Result, error) {
+	k := peerKey{str(a[0]), i64(a[1])}
+	r := s.data.rates[k]
+	if !strings.Contains(q, "fleet_peak_per_s") { // an older release: the process's own rate alone
+		if r == nil {
+			s.data.rates[k] = &rate{peak: i64(a[2]), updatedUS: i64(a[3])}
+			return result{n: 1}, nil
+		}
+		r.peak, r.updatedUS = max(r.peak, i64(a[len(a)-2])), i64(a[len(a)-1])
+		return result{n: 2}, nil
+	}
+	// namespace, offset, rate, now, span, span, interval; window, span, window, span, window, span,
+	// rate, now, interval
+	if r == nil {
+		s.data.rates[k] = &rate{peak: i64(a[2]), writtenUS: i64(a[3]), leased: i64(a[4]), windowLeased: i64(a[5]),
+			windowUS: nowUS, intervalUS: i64(a[6])}
+		return result{n: 1}, nil
+	}
+	if nowUS-r.windowUS >= i64(a[7]) && nowUS > r.windowUS {
+		perS := int64(math.Round(float64(r.leased+i64(a[8])-r.windowLeased) * 1e6 / float64(nowUS-r.windowUS)))
+		r.fleetPeak = max(r.fleetPeak, perS)
+	}
+	if nowUS-r.windowUS >= i64(a[9]) {
+		r.windowLeased = r.leased + i64(a[10])
+	}
+	if nowUS-r.windowUS >= i64(a[11]) {
+		r.windowUS = nowUS
+	}
+	r.leased += i64(a[12])
+	r.peak = max(r.peak, i64(a[13]))
+	r.writtenUS = i64(a[14])
+	r.intervalUS = max(r.intervalUS, i64(a[15]))
+	return result{n: 2}, nil
+}

@@ -1,0 +1,516 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
+)
+
+// Run explores the schedule of one seed and checks the invariants after every step: no ID in two
+// blocks; none above the ceiling in force when its lease began; none below the start once an advance
+// returned; no server fenced that did not go back in time; and at the end, with every fault healed and
+// every fence repaired as its message says, every server serves every process. The same seed and
+// switches give the same schedule, trace and result.
+func Run(seed uint64, off Off) (res Result) {
+	w := &World{Off: off, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), links: map[string]int{}, writesLeft: map[string]int{},
+		issued: map[int64][][2]int64{}, counts: map[string]int{}, ctx: context.Background(), nextID: 100}
+	w.start = w.now
+	defer func() {
+		if r := recover(); r != nil {
+			w.fail("panic: %v\n%s", r, debug.Stack())
+		}
+		for _, p := range w.procs {
+			if p != nil {
+				p.tasks = nil
+				_ = p.store.Close()
+			}
+		}
+		res = Result{Seed: seed, Off: off, Counts: w.counts, Violation: w.violation, Trace: w.trace}
+	}()
+	w.schedule()
+	return res
+}
+
+func (w *World) schedule() {
+	n := 2 + w.rng.IntN(2)
+	for i := range n {
+		s := &Server{name: string(rune('a' + i)), step: int64(n), offset: int64(i + 1), serverID: int64(i + 1), up: true, data: newData()}
+		w.servers = append(w.servers, s)
+	}
+	w.ns = allocator.Namespace{Name: namespace, BlockSize: 1 + w.rng.Int64N(50), MaxBlockSize: 100, MaxID: 2000 + w.rng.Int64N(30000)}
+	w.ceiling = w.ns.MaxID
+	w.logf("%d servers, namespace %q block %d max_id %d", n, namespace, w.ns.BlockSize, w.ns.MaxID)
+	w.admin(func(st *mysql.Store) error {
+		_, err := st.CreateNamespace(w.ctx, w.ns)
+		return err
+	})
+	w.procs = make([]*Proc, 2+w.rng.IntN(2))
+	for i := range w.procs {
+		w.startProc(i)
+	}
+	steps := 30 + w.rng.IntN(50)
+	for range steps {
+		w.step()
+		w.kicks()
+		w.checkFences()
+		if w.violation != "" {
+			return
+		}
+	}
+	w.settle()
+}
+
+// gen numbers the incarnations of processes and admin runs: each has links of its own.
+var incarnation = func(w *World) int { w.nextID++; return int(w.nextID) }
+
+func (w *World) startProc(i int) {
+	order := make([]int, len(w.servers))
+	for k := range order {
+		order[k] = k
+	}
+	note := ""
+	if w.rng.IntN(4) == 0 {
+		slices.Reverse(order)
+		note = " (servers listed in reverse)"
+	}
+	p := &Proc{name: fmt.Sprintf("p%d.%d", i+1, incarnation(w)), order: order, rate: 1 + w.rng.IntN(3)}
+	w.procs[i] = p // its background work registers as it opens
+	st, err := w.open(p.name, order, p)
+	if err != nil {
+		w.procs[i] = nil
+		w.logf("start %s%s: %v", p.name, note, short(err))
+		return
+	}
+	p.store = st
+	w.logf("start %s%s, %d leases per round", p.name, note, p.rate)
+}
+
+// admin runs fn against a Store opened for it alone, as the ticketd command does.
+func (w *World) admin(fn func(*mysql.Store) error) error {
+	name := fmt.Sprintf("admin.%d", incarnation(w))
+	return w.adminAs(name, fn)
+}
+
+func (w *World) adminAs(name string, fn func(*mysql.Store) error) error {
+	order := make([]int, len(w.servers))
+	for k := range order {
+		order[k] = k
+	}
+	st, err := w.open(name, order, nil)
+	if err != nil {
+		return err
+	}
+	err = fn(st)
+	_ = st.Close()
+	delete(w.writesLeft, name)
+	for _, s := range w.servers {
+		delete(w.links, name+"/"+s.name)
+	}
+	return err
+}
+
+var fenceCmd = regexp.MustCompile(`ticketd repair (\S+) --server (\S+)`)
+
+// step applies one event drawn from the seed.
+func (w *World) step() {
+	type ev struct {
+		kind   string
+		weight int
+		run    func()
+	}
+	p, pi := w.someProc()
+	s := w.servers[w.rng.IntN(len(w.servers))]
+	evs := []ev{
+		{"tick", 20, func() { w.advance(time.Duration(100+w.rng.IntN(2500)) * time.Millisecond) }},
+		{"lease", 30, func() { w.lease(p) }},
+		{"process crash", 2, func() { w.stopProc(pi, false) }},
+		{"process stop", 2, func() { w.stopProc(pi, true) }},
+		{"process start", 4, func() { w.restartProc() }},
+		{"server crash", 2, func() { w.peerFault(s, "server crash", func() { w.crash(s) }) }},
+		{"server restart", 4, func() { w.restart(s) }},
+		{"restore physical", 1, func() { w.goBack(s, "restore physical") }},
+		{"restore logical", 1, func() { w.goBack(s, "restore logical") }},
+		{"data loss", 1, func() { w.goBack(s, "data loss") }},
+		{"replica promoted", 1, func() { w.goBack(s, "replica promoted") }},
+		{"settings", 3, func() { w.settings() }},
+		{"repair", 4, func() { w.repair() }},
+		{"network fault", 3, func() { w.peerFault(s, "network fault", func() { w.netFault(p, s) }) }},
+		{"network heal", 3, func() { w.heal() }},
+	}
+	total := 0
+	for _, e := range evs {
+		total += e.weight
+	}
+	k := w.rng.IntN(total)
+	for _, e := range evs {
+		if k < e.weight {
+			w.counts[e.kind]++
+			e.run()
+			return
+		}
+		k -= e.weight
+	}
+}
+
+// peerFault applies a fault to s, unless a peer of s went back in time and is not repaired yet: the
+// marks that show it went back are on s, and a process that cannot read them (one started while s is
+// away) cannot tell, which the guarantees leave to the operator (restore a server only while its
+// peers are up, until it is repaired).
+func (w *World) peerFault(s *Server, kind string, fault func()) {
+	for _, o := range w.servers {
+		if o != s && !o.wentBack.IsZero() {
+			w.counts["skipped: "+kind]++
+			return
+		}
+	}
+	fault()
+}
+
+func (w *World) someProc() (*Proc, int) {
+	i := w.rng.IntN(len(w.procs))
+	return w.procs[i], i
+}
+
+func (w *World) lease(p *Proc) {
+	if p == nil {
+		return
+	}
+	for range p.rate {
+		prefer := ""
+		if w.rng.IntN(3) == 0 {
+			prefer = w.servers[w.rng.IntN(len(w.servers))].name
+		}
+		var size int64
+		if w.rng.IntN(2) == 0 {
+			size = 1 + w.rng.Int64N(100)
+		}
+		f := w.inForce(p)
+		b, err := p.store.LeaseFrom(w.ctx, namespace, size, prefer)
+		if err != nil {
+			w.logf("%s lease (prefer %q, size %d): %s", p.name, prefer, size, short(err))
+			continue
+		}
+		w.record(p, b, f)
+	}
+}
+
+func (w *World) stopProc(i int, marks bool) {
+	p := w.procs[i]
+	if p == nil {
+		return
+	}
+	if !marks {
+		for _, s := range w.servers {
+			w.links[p.name+"/"+s.name] = linkCut
+		}
+	}
+	w.procs[i] = nil
+	p.tasks = nil
+	_ = p.store.Close()
+	w.logf("%s %s", p.name, map[bool]string{true: "stops (writes its last marks)", false: "crashes (its last marks lost)"}[marks])
+}
+
+func (w *World) restartProc() {
+	for i, p := range w.procs {
+		if p == nil {
+			w.startProc(i)
+			return
+		}
+	}
+}
+
+func (w *World) crash(s *Server) {
+	if !s.up {
+		return
+	}
+	s.up, s.steadySince = false, w.now
+	w.logf("server %s crashes", s.name)
+}
+
+func (w *World) restart(s *Server) {
+	if s.up {
+		return
+	}
+	s.up, s.steadySince = true, w.now
+	s.epoch++
+	w.logf("server %s restarts", s.name)
+}
+
+// goBack takes a server back in time, when the guard's documented conditions hold (see legal).
+func (w *World) goBack(s *Server, kind string) {
+	if len(s.snaps) == 0 {
+		return
+	}
+	snap := s.snaps[w.rng.IntN(len(s.snaps))]
+	nd := snap.data.clone()
+	if kind == "data loss" {
+		nd = newData()
+	}
+	promote := kind == "replica promoted"
+	if why := w.legal(s, nd, promote); why != "" {
+		w.counts["skipped: "+kind]++
+		return
+	}
+	s.data, s.wentBack, s.steadySince = nd, w.now, w.now
+	w.forgetLostAdvances()
+	if kind != "restore logical" {
+		s.up = true
+		s.epoch++
+	}
+	if promote {
+		w.nextID++
+		s.serverID = w.nextID
+	}
+	r := nd.rows[rowKey{namespace, s.offset}]
+	at := "no row"
+	if r != nil {
+		at = fmt.Sprintf("counter %d", r.next)
+	}
+	w.logf("server %s: %s from %.3fs (%s)", s.name, kind, snap.at.Sub(w.start).Seconds(), at)
+}
+
+// legal reports why a server may not go back in time to nd now, or "" when it may: the guard's
+// documented conditions. Its peers have been up, and reached by every party, for two water-mark
+// intervals; no other server went back without a repair; and a peer held, two intervals ago, a mark
+// of the server that shows what it loses: above the counter it goes back to, for a row it loses, or
+// with the old server's identity, for a replica promoted in its place.
+func (w *World) legal(s *Server, nd *data, promote bool) string {
+	old := map[string]*data{}
+	for _, o := range w.servers {
+		if o == s {
+			continue
+		}
+		if !o.wentBack.IsZero() || !o.up || w.now.Sub(o.steadySince) < 2*interval {
+			return "a peer is not steady"
+		}
+		for k, st := range w.links {
+			if st != linkOK && strings.HasSuffix(k, "/"+o.name) {
+				return "a peer is not reached by every party"
+			}
+		}
+		for _, sn := range o.snaps {
+			if !sn.at.After(w.now.Add(-2 * interval)) {
+				old[o.name] = sn.data
+			}
+		}
+		if old[o.name] == nil {
+			return "no mark old enough"
+		}
+	}
+	k := rowKey{namespace, s.offset}
+	cur, next := s.data.rows[k], nd.rows[k]
+	if cur == nil && !promote {
+		return ""
+	}
+	for _, od := range old {
+		m := od.marks[peerKey{namespace, s.offset}]
+		switch {
+		case m == nil:
+		case promote && m.identity != "":
+			return ""
+		case !promote && next == nil && m.high > 0:
+			return ""
+		case !promote && next != nil && (next.next >= cur.next || m.high > next.next):
+			return ""
+		}
+	}
+	return "no peer's mark shows it"
+}
+
+// forgetLostAdvances drops the start advances that no server holds any more: one that reached only
+// the server that went back is lost with it, which the guarantees do not cover (an admin's change
+// is run again after a restore).
+func (w *World) forgetLostAdvances() {
+	kept := w.advances[:0]
+	for _, a := range w.advances {
+		held := false
+		for _, s := range w.servers {
+			if r := s.data.rows[rowKey{namespace, s.offset}]; r != nil && r.start >= a.start {
+				held = true
+			}
+		}
+		if held {
+			kept = append(kept, a)
+		} else {
+			w.logf("start advance to %d lost with the restore (not a guarantee)", a.start)
+		}
+	}
+	w.advances = kept
+}
+
+func (w *World) settings() {
+	ns := w.ns
+	kind := []string{"max_id lowered", "max_id raised", "start advanced", "block sizes"}[w.rng.IntN(4)]
+	switch kind {
+	case "max_id lowered":
+		ns.MaxID = max(w.highest, w.ns.Start) + w.rng.Int64N(1000)
+		if ns.MaxID >= w.ns.MaxID {
+			return
+		}
+	case "max_id raised":
+		ns.MaxID += 1 + w.rng.Int64N(20000)
+	case "start advanced":
+		ns.Start = max(w.highest, w.ns.Start) + w.rng.Int64N(2000)
+		if ns.Start > ns.MaxID {
+			return
+		}
+	case "block sizes":
+		ns.BlockSize = 1 + w.rng.Int64N(100)
+	}
+	name := fmt.Sprintf("admin.%d", incarnation(w))
+	cut := ""
+	if w.rng.IntN(3) == 0 {
+		w.writesLeft[name] = 1 + w.rng.IntN(len(w.servers))
+		cut = fmt.Sprintf(", cut off after %d writes", w.writesLeft[name])
+	}
+	var got allocator.Namespace
+	err := w.adminAs(name, func(st *mysql.Store) error {
+		var err error
+		got, err = st.UpdateNamespace(w.ctx, ns)
+		return err
+	})
+	if err != nil {
+		// Not in force; a raise may still have reached some server.
+		w.ceiling = max(w.ceiling, ns.MaxID)
+		w.logf("admin: %s (max_id %d, start %d, block %d)%s: %s", kind, ns.MaxID, ns.Start, ns.BlockSize, cut, short(err))
+		return
+	}
+	w.ns, w.ceiling = ns, ns.MaxID
+	w.ns.Start = max(w.ns.Start, got.Start)
+	if got.Start > 1 {
+		w.advances = append(w.advances, advance{got.Start, w.now})
+	}
+	w.logf("admin: %s (max_id %d, start %d, block %d)%s: done", kind, ns.MaxID, got.Start, ns.BlockSize, cut)
+}
+
+// repair runs the repair one process's fence message asks for.
+func (w *World) repair() {
+	for _, p := range w.procs {
+		if p == nil {
+			continue
+		}
+		for _, h := range p.store.Health() {
+			if m := fenceCmd.FindStringSubmatch(h.Error); h.Fenced && m != nil {
+				w.repairAs(m[1], m[2])
+				return
+			}
+		}
+	}
+}
+
+func (w *World) repairAs(ns, name string) {
+	s := w.server(name)
+	for _, o := range w.servers {
+		if o != s && !o.up {
+			w.counts["skipped: repair"]++
+			return // an operator repairs with every peer answering: the marks are there
+		}
+	}
+	var opts allocator.RepairOptions
+	if w.Off.RepairMargin {
+		opts.Margin = 1
+	}
+	var res allocator.RepairResult
+	err := w.admin(func(st *mysql.Store) error {
+		var err error
+		res, err = st.Repair(w.ctx, ns, name, opts)
+		return err
+	})
+	if err != nil {
+		w.logf("admin: repair %s --server %s: %s", ns, name, short(err))
+		return
+	}
+	s.wentBack, s.cleanSince = time.Time{}, w.now
+	w.logf("admin: repair %s --server %s: %d -> %d (mark %d, margin %d)", ns, name, res.Before, res.After, res.Watermark, res.Margin)
+}
+
+func (w *World) netFault(p *Proc, s *Server) {
+	if p == nil {
+		return
+	}
+	st := []int{linkCut, linkLossy, linkSlow}[w.rng.IntN(3)]
+	w.links[p.name+"/"+s.name] = st
+	s.steadySince = w.now
+	w.logf("network %s <-> %s: %s", p.name, s.name, []string{"ok", "cut", "replies lost", "slow"}[st])
+}
+
+func (w *World) heal() {
+	for _, k := range Kinds(w.links) {
+		if w.links[k] != linkOK {
+			delete(w.links, k)
+			for _, s := range w.servers {
+				if len(k) > len(s.name) && k[len(k)-len(s.name)-1:] == "/"+s.name {
+					s.steadySince = w.now
+				}
+			}
+			w.logf("network %s: ok", k)
+			return
+		}
+	}
+}
+
+// settle heals every fault, repairs every fence as its message says, and checks that every server
+// serves every process.
+func (w *World) settle() {
+	w.logf("settle: every link healed, every server up, every process started")
+	clear(w.links)
+	for _, s := range w.servers {
+		w.restart(s)
+	}
+	for i, p := range w.procs {
+		if p == nil {
+			w.startProc(i)
+		}
+	}
+	w.advance(3 * interval)
+	for range 3 {
+		w.repair()
+		w.advance(2 * interval)
+	}
+	w.advance(3 * interval)
+	w.checkFences()
+	for _, p := range w.procs {
+		if p == nil {
+			w.fail("a process cannot start with every server up")
+			continue
+		}
+		for _, h := range p.store.Health() {
+			switch {
+			case h.Fenced:
+				w.fail("%s still fences %s after the repairs: %s", p.name, h.Name, h.Error)
+			case !h.Healthy:
+				w.fail("%s keeps %s out of rotation after every fault healed and every fence was repaired: %s", p.name, h.Name, h.Error)
+			}
+		}
+		for _, s := range w.servers {
+			f := w.inForce(p)
+			b, err := p.store.LeaseFrom(w.ctx, namespace, 1, s.name)
+			switch {
+			case errors.Is(err, allocator.ErrExhausted):
+			case err != nil:
+				w.fail("%s cannot lease after every fault healed and every fence was repaired: %v", p.name, err)
+			default:
+				w.record(p, b, f)
+			}
+		}
+	}
+}
+
+// short is the first words of an error: what the trace shows.
+func short(err error) string {
+	s := err.Error()
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}

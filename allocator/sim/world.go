@@ -1,0 +1,435 @@
+// Package sim is a deterministic simulation of a ticketd fleet: ticket servers that answer the MySQL
+// backend's statements, ticketd processes that run the real backend and failover set on simulated
+// time, an admin, and a network, all in one goroutine and drawn from one seed. It explores schedules
+// of crashes, restores, replica promotions, settings changes and network faults, and checks after
+// every step that no ID was issued twice, above the ceiling in force or below the start.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/mysql"
+)
+
+// Off switches guard mechanisms off in the simulation, one at a time, to show that each is needed:
+// the simulator must then find a violation.
+type Off struct {
+	// Floors: the lease statement (and the settings change) ignores the floor.
+	Floors bool
+	// PeerMarks: the servers answer the reads of the water marks, rates and row copies with nothing.
+	PeerMarks bool
+	// Identity: a replica promoted in a server's place answers with the old server's @@server_id.
+	Identity bool
+	// CeilingBound: the lease statement bounds a lease by its row's max_id alone, not by the lower of
+	// it and the ceiling the process knows.
+	CeilingBound bool
+	// RepairMargin: repair moves a fenced server just past the highest mark (a margin of one ID).
+	RepairMargin bool
+}
+
+// Names are the names of the mechanisms switched off, as ticketd-bench sim --off takes them.
+func (o Off) Names() []string {
+	var out []string
+	for _, m := range []struct {
+		on   bool
+		name string
+	}{{o.Floors, "floors"}, {o.PeerMarks, "peer-marks"}, {o.Identity, "identity"}, {o.CeilingBound, "ceiling-bound"}, {o.RepairMargin, "repair-margin"}} {
+		if m.on {
+			out = append(out, m.name)
+		}
+	}
+	return out
+}
+
+func (o Off) flag() string {
+	if n := o.Names(); len(n) > 0 {
+		return " --off " + strings.Join(n, ",")
+	}
+	return ""
+}
+
+// Link states between a party and a server.
+const (
+	linkOK = iota
+	linkCut
+	linkLossy // replies are lost after the statement ran: its outcome is unknown to the caller
+	linkSlow  // every statement takes a while
+)
+
+const (
+	namespace = "ns"
+	interval  = 2 * time.Second // the water-mark interval
+)
+
+// Server is one simulated ticket server.
+type Server struct {
+	name         string
+	step, offset int64
+	serverID     int64 // @@server_id: a promoted replica has its own
+	up           bool
+	epoch        int // a restart breaks every connection
+	data         *data
+	snaps        []snapshot
+	// wentBack is when the server last went back in time (restored, lost, replaced) and was not
+	// repaired since; zero when it did not.
+	wentBack time.Time
+	// cleanSince is when the server was last repaired or, never having gone back, zero.
+	cleanSince time.Time
+	// steadySince is when the server last came up, went back, or had a link change.
+	steadySince time.Time
+}
+
+type snapshot struct {
+	at   time.Time
+	data *data
+}
+
+func (s *Server) identity(w *World) int64 {
+	if w.Off.Identity {
+		return s.offset
+	}
+	return s.serverID
+}
+
+// Proc is one simulated ticketd process.
+type Proc struct {
+	name  string
+	store *mysql.Store
+	tasks []*task
+	order []int // the servers in the order its configuration lists them
+	rate  int   // leases per lease event
+}
+
+type task struct {
+	every  time.Duration
+	next   time.Time
+	fn     func()
+	kicked bool
+	stop   <-chan struct{}
+}
+
+func (t *task) stopped() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// World is one schedule's simulated fleet. Not safe for concurrent use: it runs in one goroutine.
+type World struct {
+	Off   Off
+	seed  uint64
+	rng   *rand.Rand
+	now   time.Time
+	start time.Time
+
+	servers []*Server
+	procs   []*Proc // nil entries are processes that are down
+	links   map[string]int
+	// writesLeft cuts a party off after that many more writes (an admin cut off half-way).
+	writesLeft map[string]int
+	nextID     int64
+
+	// What the invariants compare with.
+	issued   map[int64][][2]int64 // by residue: the ranges issued
+	ceiling  int64                // the highest max_id a lease beginning now may reach
+	advances []advance            // the start advances that returned
+	ns       allocator.Namespace  // the settings the admin last set
+	highest  int64
+
+	trace     []string
+	counts    map[string]int
+	violation string
+	ctx       context.Context
+}
+
+// step appends a line to the trace.
+func (w *World) logf(format string, args ...any) {
+	w.trace = append(w.trace, fmt.Sprintf("%8.3fs ", w.now.Sub(w.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (w *World) fail(format string, args ...any) {
+	if w.violation == "" {
+		w.violation = fmt.Sprintf(format, args...)
+		w.logf("VIOLATION: %s", w.violation)
+	}
+}
+
+// reach reports whether the party from reaches the server now; a slow link takes time.
+func (w *World) reach(from string, s *Server) error {
+	if !s.up {
+		return fmt.Errorf("sim: %s: connection refused", s.name)
+	}
+	switch w.links[from+"/"+s.name] {
+	case linkCut:
+		return errNetwork
+	case linkSlow:
+		w.now = w.now.Add(time.Duration(50+w.rng.IntN(250)) * time.Millisecond)
+	}
+	return nil
+}
+
+func (w *World) replyLost(from string, s *Server) bool {
+	return w.links[from+"/"+s.name] == linkLossy && w.rng.IntN(2) == 0
+}
+
+// wrote counts a write by from, and cuts it off from every server once its budget is spent.
+func (w *World) wrote(from string) {
+	n, ok := w.writesLeft[from]
+	if !ok {
+		return
+	}
+	if n <= 0 {
+		return
+	}
+	w.writesLeft[from] = n - 1
+	if n-1 == 0 {
+		for _, s := range w.servers {
+			w.links[from+"/"+s.name] = linkCut
+		}
+	}
+}
+
+// runtime is what a process's failover set runs on: the world's clock and randomness; waits move the
+// clock; background work is stepped by the world.
+func (w *World) runtime(p *Proc) allocator.Runtime {
+	return allocator.Runtime{
+		Now:     func() time.Time { return w.now },
+		Float64: func() float64 { return w.rng.Float64() },
+		Sleep: func(ctx context.Context, d time.Duration) bool {
+			if ctx.Err() != nil {
+				return false
+			}
+			w.now = w.now.Add(d)
+			return true
+		},
+		Go: func(fn func()) { fn() },
+		Every: func(d time.Duration, stop <-chan struct{}, fn func()) func() {
+			if p == nil {
+				return func() {}
+			}
+			t := &task{every: d, next: w.now.Add(d), fn: fn, stop: stop}
+			p.tasks = append(p.tasks, t)
+			return func() { t.kicked = true }
+		},
+	}
+}
+
+func (w *World) open(name string, order []int, p *Proc) (*mysql.Store, error) {
+	cfg := mysql.Config{
+		Failover: allocator.Failover{AttemptTimeout: 2 * time.Second, Timeout: 5 * time.Second, MinBackoff: 100 * time.Millisecond,
+			MaxBackoff: 2 * time.Second, ProbeInterval: time.Second, WatermarkInterval: interval, SettingsTTL: 2 * time.Second, MaxConns: 4},
+		Logger:  slog.New(slog.DiscardHandler),
+		Runtime: w.runtime(p),
+	}
+	for _, i := range order {
+		s := w.servers[i]
+		cfg.Names = append(cfg.Names, s.name)
+		cfg.Connectors = append(cfg.Connectors, connector{w: w, from: name, srv: s})
+	}
+	return mysql.Open(w.ctx, cfg)
+}
+
+// advance moves the clock by d, running each process's background work when it is due.
+func (w *World) advance(d time.Duration) {
+	target := w.now.Add(d)
+	for i := 0; i < 10000; i++ {
+		var next *task
+		for _, p := range w.procs {
+			if p == nil {
+				continue
+			}
+			for _, t := range p.tasks {
+				if !t.stopped() && !t.next.After(target) && (next == nil || t.next.Before(next.next)) {
+					next = t
+				}
+			}
+		}
+		if next == nil {
+			break
+		}
+		if next.next.After(w.now) {
+			w.now = next.next
+		}
+		w.runTask(next)
+		w.kicks()
+	}
+	if target.After(w.now) {
+		w.now = target
+	}
+	w.snapshot()
+}
+
+func (w *World) runTask(t *task) {
+	t.kicked = false
+	t.next = w.now.Add(t.every)
+	t.fn()
+}
+
+// kicks runs the background work that was asked for soon.
+func (w *World) kicks() {
+	for round := 0; round < 4; round++ {
+		ran := false
+		for _, p := range w.procs {
+			if p == nil {
+				continue
+			}
+			for _, t := range p.tasks {
+				if t.kicked && !t.stopped() {
+					w.runTask(t)
+					ran = true
+				}
+			}
+		}
+		if !ran {
+			return
+		}
+	}
+}
+
+// snapshot keeps a copy of each server's data every half second, the last few seconds of it.
+func (w *World) snapshot() {
+	for _, s := range w.servers {
+		if !s.up {
+			continue
+		}
+		if n := len(s.snaps); n > 0 && w.now.Sub(s.snaps[n-1].at) < 500*time.Millisecond {
+			continue
+		}
+		s.snaps = append(s.snaps, snapshot{at: w.now, data: s.data.clone()})
+		if len(s.snaps) > 16 {
+			s.snaps = s.snaps[1:]
+		}
+	}
+}
+
+type advance struct {
+	start int64
+	at    time.Time
+}
+
+// settingsTTL is how long a process leases by the settings it read.
+const settingsTTL = 2 * time.Second
+
+// inForce is what binds a lease that begins now: the ceiling, and each server's start. A lower max_id
+// is in force once the update returned (it returns only once every server holds it); a raise, also
+// one that failed, may be used at once. A start advance that returned is in force at once on each
+// server that holds it, and on the others from each process's next read of the settings: on every
+// server once settingsTTL passed, while a server that holds it is up and reached by the process (when
+// none is, a process that did not read it cannot know it: the settings live on the servers).
+type inForce struct {
+	ceiling int64
+	start   map[string]int64
+}
+
+func (w *World) inForce(p *Proc) inForce {
+	f := inForce{ceiling: w.ceiling, start: map[string]int64{}}
+	holds := func(s *Server, a advance) bool {
+		r := s.data.rows[rowKey{namespace, s.offset}]
+		return r != nil && r.start >= a.start
+	}
+	for _, s := range w.servers {
+		for _, a := range w.advances {
+			known := false
+			for _, o := range w.servers {
+				st := w.links[p.name+"/"+o.name]
+				known = known || (o.up && (st == linkOK || st == linkSlow) && holds(o, a))
+			}
+			if (known && !w.now.Before(a.at.Add(settingsTTL))) || holds(s, a) {
+				f.start[s.name] = max(f.start[s.name], a.start)
+			}
+		}
+	}
+	return f
+}
+
+// record checks a block against every invariant on IDs, then keeps it.
+func (w *World) record(p *Proc, b allocator.Block, f inForce) {
+	ceiling, minStart := f.ceiling, f.start[b.Server]
+	last := b.Start + (b.Size-1)*b.Step
+	w.logf("  %s leased [%d..%d step %d] from %s", p.name, b.Start, last, b.Step, b.Server)
+	if last > ceiling {
+		w.fail("ID %d above max_id %d in force when the lease began (%s from %s)", last, ceiling, p.name, b.Server)
+	}
+	if b.Start < minStart {
+		w.fail("ID %d below start %d (%s from %s)", b.Start, minStart, p.name, b.Server)
+	}
+	res := b.Start % b.Step
+	for _, r := range w.issued[res] {
+		if b.Start <= r[1] && r[0] <= last {
+			w.fail("IDs %d..%d issued twice: in [%d..%d] before, and again to %s from %s", max(b.Start, r[0]), min(last, r[1]), r[0], r[1], p.name, b.Server)
+		}
+	}
+	w.issued[res] = append(w.issued[res], [2]int64{b.Start, last})
+	w.highest = max(w.highest, last)
+}
+
+// checkFences: a server that never went back in time is fenced by no process. (One that was repaired
+// serves again once every fault healed: see settle.)
+func (w *World) checkFences() {
+	for _, p := range w.procs {
+		if p == nil {
+			continue
+		}
+		for _, h := range p.store.Health() {
+			if !h.Fenced {
+				continue
+			}
+			s := w.server(h.Name)
+			if s.wentBack.IsZero() && s.cleanSince.IsZero() {
+				w.fail("%s fences %s, which never went back in time: %s", p.name, s.name, h.Error)
+			}
+		}
+	}
+}
+
+func (w *World) server(name string) *Server {
+	for _, s := range w.servers {
+		if s.name == name {
+			return s
+		}
+	}
+	panic("sim: no server " + name)
+}
+
+// Result is what one schedule did.
+type Result struct {
+	Seed      uint64
+	Off       Off
+	Steps     int
+	Counts    map[string]int
+	Violation string
+	Trace     []string
+}
+
+// Failed reports whether the schedule broke an invariant.
+func (r Result) Failed() bool { return r.Violation != "" }
+
+// Report is the seed, the violation and the last lines of the trace: what a failure prints.
+func (r Result) Report(lines int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %s\n", r.Seed, r.Violation)
+	t := r.Trace
+	if len(t) > lines {
+		fmt.Fprintf(&b, "  ... %d earlier lines\n", len(t)-lines)
+		t = t[len(t)-lines:]
+	}
+	for _, l := range t {
+		b.WriteString("  " + l + "\n")
+	}
+	fmt.Fprintf(&b, "replay: ticketd-bench sim --seed %d --schedules 1%s", r.Seed, r.Off.flag())
+	return b.String()
+}
+
+// Kinds returns the event kinds counted, sorted.
+func Kinds(counts map[string]int) []string { return slices.Sorted(maps.Keys(counts)) }
