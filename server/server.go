@@ -150,7 +150,9 @@ type Server struct {
 	connsRefused atomic.Uint64
 	draining     atomic.Bool
 
-	closeOnce sync.Once
+	closeOnce  sync.Once
+	closed     atomic.Bool
+	background sync.WaitGroup // the metrics' reads of the headroom (see headroomOf)
 }
 
 // New checks the configuration and builds the server.
@@ -248,11 +250,19 @@ func (s *Server) authenticated(h func(echo.Context, identity) error) echo.Handle
 // Handler is the HTTP handler of every route.
 func (s *Server) Handler() http.Handler { return s.e }
 
-// Close stops the cache's background calls. It does not close the backend. Safe to call twice.
+// Close stops the cache's background calls and waits for a read of the metrics' headroom under way. It
+// does not close the backend. Safe to call twice.
 func (s *Server) Close() error {
 	s.closeCache()
+	s.headroom.scrapeMu.Lock()
+	s.closed.Store(true) // under the lock: no read starts after the wait begins
+	s.headroom.scrapeMu.Unlock()
+	s.background.Wait()
 	return nil
 }
+
+// closing reports whether Close has been called.
+func (s *Server) closing() bool { return s.closed.Load() }
 
 func (s *Server) closeCache() {
 	s.closeOnce.Do(func() {

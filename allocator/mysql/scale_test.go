@@ -75,6 +75,16 @@ func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
 			}
 			return nil
 		}, n + 10},
+		// The segment cache refreshes each namespace's settings on its own: the reads are shared too.
+		{"settings read after they expired", func() error {
+			time.Sleep(1100 * time.Millisecond)
+			for i := range n {
+				if _, err := p.Settings(ctx, fmt.Sprintf("ns%03d", i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, 10},
 	} {
 		before := questions()
 		if err := tc.do(); err != nil {

@@ -241,8 +241,10 @@ func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States)
 	return ns, nil
 }
 
-// ReadSettings returns a namespace's latest settings as Latest reads them, without any server's state,
-// and keeps them as the copy leases use (see Settings): one read serves both.
+// ReadSettings returns a namespace's settings without any server's state: the copy leases use (see
+// Settings), read alone the first time and then with every other namespace's once it is SettingsTTL
+// old, so that a caller refreshing many namespaces' settings (the segment cache) costs the servers a
+// read per SettingsTTL, not one per namespace.
 func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.Namespace, error) {
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
@@ -252,12 +254,10 @@ func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	now := set.cfg.Now()
-	r, err := set.Latest(ctx, name)
+	r, err := set.Settings(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	set.keep(name, r, now)
 	return r.Namespace(), nil
 }
 
