@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ticketd/ticketd/schema"
 )
@@ -182,7 +183,17 @@ func (c *conn) QueryContext(_ context.Context, query string, args []driver.Named
 	return rs, nil
 }
 
-func fold(q string) string { return strings.Join(strings.Fields(q), " ") }
+// folded caches fold: the backend sends a few dozen texts, millions of times.
+var folded sync.Map
+
+func fold(q string) string {
+	if f, ok := folded.Load(q); ok {
+		return f.(string)
+	}
+	f := strings.Join(strings.Fields(q), " ")
+	folded.Store(q, f)
+	return f
+}
 
 func values(args []driver.NamedValue) []driver.Value {
 	out := make([]driver.Value, len(args))
@@ -239,16 +250,70 @@ func (r *rows) Next(dest []driver.Value) error {
 	return nil
 }
 
-const rowColumns = "name, next_id, step, id_offset, start_id, block_size, max_block_size, lease_ttl_ms, max_id, updated_us, max_id_us"
-
-func (r *row) values() []driver.Value {
-	return []driver.Value{r.name, r.next, r.step, r.offset, r.start, r.block, r.maxBlock, r.ttlMS, r.maxID, r.updatedUS, r.maxIDUS}
+// column is a row's value of a column a SELECT names (” is the empty string).
+func (r *row) column(c string) driver.Value {
+	switch c {
+	case "name":
+		return r.name
+	case "next_id":
+		return r.next
+	case "step":
+		return r.step
+	case "id_offset":
+		return r.offset
+	case "start_id":
+		return r.start
+	case "block_size":
+		return r.block
+	case "max_block_size":
+		return r.maxBlock
+	case "lease_ttl_ms":
+		return r.ttlMS
+	case "max_id":
+		return r.maxID
+	case "updated_us":
+		return r.updatedUS
+	case "max_id_us":
+		return r.maxIDUS
+	case "''":
+		return ""
+	}
+	panic("sim: column not simulated: " + c)
 }
 
-func rowsOf(rs []*row) *rows {
-	out := &rows{cols: strings.Split(rowColumns, ", ")}
+// selectRows answers a SELECT of namespace rows: its columns, and its WHERE and ORDER BY, of which
+// the backend sends four.
+func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
+	from := strings.Index(q, " FROM ticketd_namespaces")
+	cols := strings.Split(strings.TrimPrefix(q[:from], "SELECT "), ", ")
+	var keep func(*row) bool
+	var newest bool
+	switch where := strings.TrimPrefix(q[from:], " FROM ticketd_namespaces"); where {
+	case " ORDER BY name, id_offset":
+		keep = func(*row) bool { return true }
+	case " WHERE id_offset = ? ORDER BY name":
+		keep = func(r *row) bool { return r.offset == i64(a[0]) }
+	case " WHERE id_offset = ?": // a peer's copies of a server's rows: read as water marks
+		keep = func(r *row) bool { return !w.Off.PeerMarks && r.offset == i64(a[0]) }
+	case " WHERE name = ? AND id_offset = ?":
+		keep = func(r *row) bool { return r.name == str(a[0]) && r.offset == i64(a[1]) }
+	case " WHERE name = ? ORDER BY updated_us DESC LIMIT 1":
+		keep, newest = func(r *row) bool { return r.name == str(a[0]) }, true
+	default:
+		panic("sim: query not simulated: " + q)
+	}
+	rs := s.data.sortedRows(keep)
+	if newest {
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].updatedUS > rs[j].updatedUS })
+		rs = rs[:min(1, len(rs))]
+	}
+	out := &rows{cols: cols}
 	for _, r := range rs {
-		out.vals = append(out.vals, r.values())
+		v := make([]driver.Value, len(cols))
+		for i, c := range cols {
+			v[i] = r.column(c)
+		}
+		out.vals = append(out.vals, v)
 	}
 	return out
 }
@@ -258,7 +323,18 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 	d := s.data
 	switch {
 	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
-		return &rows{cols: make([]string, 8), vals: [][]driver.Value{{s.step, s.offset, int64(1), int64(1), int64(1), "10.11.6-MariaDB-sim", int64(0), s.identity(w)}}}, nil
+		vars := map[string]driver.Value{"auto_increment_increment": s.step, "auto_increment_offset": s.offset,
+			"innodb_flush_log_at_trx_commit": int64(1), "log_bin": int64(1), "sync_binlog": int64(1),
+			"version": "10.11.6-MariaDB-sim", "read_only": int64(0), "server_id": s.identity(w)}
+		names := strings.Split(strings.TrimPrefix(q, "SELECT "), ", ")
+		v := make([]driver.Value, len(names))
+		for i, n := range names {
+			var ok bool
+			if v[i], ok = vars[strings.TrimPrefix(n, "@@GLOBAL.")]; !ok {
+				panic("sim: variable not simulated: " + n)
+			}
+		}
+		return &rows{cols: names, vals: [][]driver.Value{v}}, nil
 	case strings.HasPrefix(q, "SHOW GLOBAL VARIABLES"), strings.HasPrefix(q, "SHOW GLOBAL STATUS"):
 		return &rows{cols: []string{"Variable_name", "Value"}}, nil
 	case q == "SELECT @@GLOBAL.server_id":
@@ -267,29 +343,8 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 		return &rows{}, nil
 	case q == "SELECT MAX(version) FROM ticketd_schema_migrations":
 		return &rows{cols: []string{"v"}, vals: [][]driver.Value{{int64(schema.Latest())}}}, nil
-	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset":
-		return rowsOf(d.sortedRows(func(*row) bool { return true })), nil
-	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name":
-		off := i64(a[0])
-		return rowsOf(d.sortedRows(func(r *row) bool { return r.offset == off })), nil
-	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ? AND id_offset = ?":
-		name, off := str(a[0]), i64(a[1])
-		return rowsOf(d.sortedRows(func(r *row) bool { return r.name == name && r.offset == off })), nil
-	case q == "SELECT "+rowColumns+" FROM ticketd_namespaces WHERE name = ? ORDER BY updated_us DESC LIMIT 1":
-		name := str(a[0])
-		rs := d.sortedRows(func(r *row) bool { return r.name == name })
-		sort.SliceStable(rs, func(i, j int) bool { return rs[i].updatedUS > rs[j].updatedUS })
-		return rowsOf(rs[:min(1, len(rs))]), nil
-	case q == "SELECT name, next_id, '' FROM ticketd_namespaces WHERE id_offset = ?":
-		out := &rows{cols: []string{"name", "next_id", "x"}}
-		if w.Off.PeerMarks {
-			return out, nil
-		}
-		off := i64(a[0])
-		for _, r := range d.sortedRows(func(r *row) bool { return r.offset == off }) {
-			out.vals = append(out.vals, []driver.Value{r.name, r.next, ""})
-		}
-		return out, nil
+	case strings.HasPrefix(q, "SELECT ") && strings.Contains(q, " FROM ticketd_namespaces"):
+		return s.selectRows(w, q, a), nil
 	case strings.HasPrefix(q, "SELECT namespace, high_water"):
 		cols := strings.Split(strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "), ", ")
 		out := &rows{cols: cols}
@@ -382,7 +437,7 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 		r.next = i64(a[0])
 		return result{id: r.next, n: 1}, nil
 	case strings.HasPrefix(q, "UPDATE ticketd_namespaces SET block_size = IF("):
-		return s.updateRow(w, a)
+		return s.updateRow(w, q, a)
 	case q == "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ? AND step = ? AND id_offset = ?":
 		r := d.rows[rowKey{str(a[1]), i64(a[3])}]
 		if r == nil || r.step != i64(a[2]) || r.next >= i64(a[0]) {
@@ -429,28 +484,24 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 		}
 		d.rows[k] = r
 		return result{n: 1}, nil
-	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks") && strings.Contains(q, "VALUES(high_water)"):
-		// Many namespaces' marks, a row of namespace, offset, mark, now, identity each: each as the
-		// statement of one mark with its identity.
-		n := 0
-		for i := 0; i+5 <= len(a); i += 5 {
-			id, m := a[i+4], a[i+2]
-			res, _ := s.exec(w, "INSERT INTO ticketd_watermarks", []driver.Value{a[i], a[i+1], m, a[i+3], id, id, m, id, m, a[i+3]})
-			n += int(res.(result).n)
+	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks") && strings.Contains(q, "VALUES(server_identity)"):
+		// rows of namespace, offset, mark, now, identity
+		var n int64
+		for ; len(a) >= 5; a = a[5:] {
+			k := peerKey{str(a[0]), i64(a[1])}
+			m := d.marks[k]
+			if m == nil {
+				d.marks[k] = &mark{high: i64(a[2]), updatedUS: i64(a[3]), identity: str(a[4])}
+				n++
+				continue
+			}
+			if id := str(a[4]); id != "" && (i64(a[2]) > m.high || m.identity == "") {
+				m.identity = id
+			}
+			m.high, m.updatedUS = max(m.high, i64(a[2])), i64(a[3])
+			n += 2
 		}
-		return result{n: int64(n)}, nil
-	case strings.HasPrefix(q, "INSERT INTO ticketd_lease_rates") && strings.Contains(q, "VALUES(leased)"):
-		// Many namespaces' rates, a row of namespace, offset, rate, now, span, span, interval each, then
-		// the window thrice: each as the statement of one rate.
-		window := a[len(a)-1]
-		n := 0
-		for i := 0; i+7 <= len(a)-3; i += 7 {
-			span, rate, now, interval := a[i+4], a[i+2], a[i+3], a[i+6]
-			res, _ := s.pace(q, []driver.Value{a[i], a[i+1], rate, now, span, span, interval,
-				window, span, window, span, window, span, rate, now, interval}, nowUS)
-			n += int(res.(result).n)
-		}
-		return result{n: int64(n)}, nil
+		return result{n: n}, nil
 	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks"):
 		k := peerKey{str(a[0]), i64(a[1])}
 		m := d.marks[k]
@@ -480,7 +531,10 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 
 // updateRow answers the namespace change (see mysql's updateRow): assignments left to right, each on
 // the values the ones before it left.
-func (s *Server) updateRow(w *World, a []driver.Value) (driver.Result, error) {
+func (s *Server) updateRow(w *World, q string, a []driver.Value) (driver.Result, error) {
+	if !strings.Contains(q, "max_id_us") {
+		return s.updateRowBefore6(w, a)
+	}
 	r := s.data.rows[rowKey{str(a[14]), i64(a[16])}]
 	if r == nil || r.step != i64(a[15]) || (!w.Off.Floors && r.next < i64(a[17])) {
 		return result{}, nil
@@ -511,6 +565,37 @@ func (s *Server) updateRow(w *World, a []driver.Value) (driver.Result, error) {
 	return result{n: 1}, nil
 }
 
+// updateRowBefore6 answers the namespace change of the releases before schema 6: the ceiling by the
+// settings' time, and a lowering refused in the statement when the row issued above it.
+func (s *Server) updateRowBefore6(w *World, a []driver.Value) (driver.Result, error) {
+	// now, block, now, max block, now, ttl, now, max_id, start, floor, now; name, step, offset, mark,
+	// lowered, lowered
+	r := s.data.rows[rowKey{str(a[11]), i64(a[13])}]
+	if r == nil || r.step != i64(a[12]) || (!w.Off.Floors && r.next < i64(a[14])) || !(i64(a[15]) == 0 || r.next-r.step <= i64(a[16])) {
+		return result{}, nil
+	}
+	before := *r
+	if i64(a[0]) > r.updatedUS {
+		r.block = i64(a[1])
+	}
+	if i64(a[2]) > r.updatedUS {
+		r.maxBlock = i64(a[3])
+	}
+	if i64(a[4]) > r.updatedUS {
+		r.ttlMS = i64(a[5])
+	}
+	if i64(a[6]) > r.updatedUS {
+		r.maxID = i64(a[7])
+	}
+	r.start = max(r.start, i64(a[8]))
+	r.next = max(r.next, i64(a[9]))
+	r.updatedUS = max(r.updatedUS, i64(a[10]))
+	if *r == before {
+		return result{}, nil
+	}
+	return result{n: 1}, nil
+}
+
 // pace answers the write of a process's lease rate (see mysql's paceSQL), on the server's clock.
 func (s *Server) pace(q string, a []driver.Value, nowUS int64) (driver.Result, error) {
 	k := peerKey{str(a[0]), i64(a[1])}
@@ -523,26 +608,44 @@ func (s *Server) pace(q string, a []driver.Value, nowUS int64) (driver.Result, e
 		r.peak, r.updatedUS = max(r.peak, i64(a[len(a)-2])), i64(a[len(a)-1])
 		return result{n: 2}, nil
 	}
-	// namespace, offset, rate, now, span, span, interval; window, span, window, span, window, span,
-	// rate, now, interval
+	if strings.Contains(q, "VALUES(leased)") {
+		// rows of namespace, offset, rate, now, span, span, interval; then window, window, window
+		win := a[len(a)-3:]
+		var n int64
+		for a = a[:len(a)-3]; len(a) >= 7; a = a[7:] {
+			res, _ := s.paceRow(a[:7], []driver.Value{win[0], a[4], win[1], a[4], win[2], a[4], a[2], a[3], a[6]}, nowUS)
+			m, _ := res.RowsAffected()
+			n += m
+		}
+		return result{n: n}, nil
+	}
+	return s.paceRow(a[:7], a[7:], nowUS)
+}
+
+// paceRow answers one row of the lease rates' write: the inserted row's values (namespace, offset,
+// rate, now, span, span, interval), then those of the update (window, span, window, span, window,
+// span, rate, now, interval).
+func (s *Server) paceRow(a, u []driver.Value, nowUS int64) (driver.Result, error) {
+	k := peerKey{str(a[0]), i64(a[1])}
+	r := s.data.rates[k]
 	if r == nil {
 		s.data.rates[k] = &rate{peak: i64(a[2]), writtenUS: i64(a[3]), leased: i64(a[4]), windowLeased: i64(a[5]),
 			windowUS: nowUS, intervalUS: i64(a[6])}
 		return result{n: 1}, nil
 	}
-	if nowUS-r.windowUS >= i64(a[7]) && nowUS > r.windowUS {
-		perS := int64(math.Round(float64(r.leased+i64(a[8])-r.windowLeased) * 1e6 / float64(nowUS-r.windowUS)))
+	if nowUS-r.windowUS >= i64(u[0]) && nowUS > r.windowUS {
+		perS := int64(math.Round(float64(r.leased+i64(u[1])-r.windowLeased) * 1e6 / float64(nowUS-r.windowUS)))
 		r.fleetPeak = max(r.fleetPeak, perS)
 	}
-	if nowUS-r.windowUS >= i64(a[9]) {
-		r.windowLeased = r.leased + i64(a[10])
+	if nowUS-r.windowUS >= i64(u[2]) {
+		r.windowLeased = r.leased + i64(u[3])
 	}
-	if nowUS-r.windowUS >= i64(a[11]) {
+	if nowUS-r.windowUS >= i64(u[4]) {
 		r.windowUS = nowUS
 	}
-	r.leased += i64(a[12])
-	r.peak = max(r.peak, i64(a[13]))
-	r.writtenUS = i64(a[14])
-	r.intervalUS = max(r.intervalUS, i64(a[15]))
+	r.leased += i64(u[5])
+	r.peak = max(r.peak, i64(u[6]))
+	r.writtenUS = i64(u[7])
+	r.intervalUS = max(r.intervalUS, i64(u[8]))
 	return result{n: 2}, nil
 }

@@ -47,14 +47,15 @@ func (w *World) schedule() {
 		s := &Server{name: string(rune('a' + i)), step: int64(n), offset: int64(i + 1), serverID: int64(i + 1), up: true, data: newData()}
 		w.servers = append(w.servers, s)
 	}
-	w.ns = allocator.Namespace{Name: namespace, BlockSize: 1 + w.rng.Int64N(50), MaxBlockSize: 100, MaxID: 2000 + w.rng.Int64N(30000)}
+	maxBlock := 10 + w.rng.Int64N(91)
+	w.ns = allocator.Namespace{Name: namespace, BlockSize: 1 + w.rng.Int64N(maxBlock), MaxBlockSize: maxBlock, MaxID: 2000 + w.rng.Int64N(30000)}
 	w.ceiling = w.ns.MaxID
 	w.logf("%d servers, namespace %q block %d max_id %d", n, namespace, w.ns.BlockSize, w.ns.MaxID)
 	w.admin(func(st *mysql.Store) error {
 		_, err := st.CreateNamespace(w.ctx, w.ns)
 		return err
 	})
-	w.procs = make([]*Proc, 2+w.rng.IntN(2))
+	w.procs = make([]*Proc, 2+w.rng.IntN(4))
 	for i := range w.procs {
 		w.startProc(i)
 	}
@@ -192,7 +193,7 @@ func (w *World) lease(p *Proc) {
 		}
 		var size int64
 		if w.rng.IntN(2) == 0 {
-			size = 1 + w.rng.Int64N(100)
+			size = 1 + w.rng.Int64N(w.ns.MaxBlockSize)
 		}
 		f := w.inForce(p)
 		b, err := p.store.LeaseFrom(w.ctx, namespace, size, prefer)
@@ -307,10 +308,10 @@ func (w *World) legal(s *Server, nd *data, promote bool) string {
 			return "no mark old enough"
 		}
 	}
-	k := rowKey{namespace, s.offset}
-	cur, next := s.data.rows[k], nd.rows[k]
-	if cur == nil && !promote {
-		return ""
+	s.notePeak()
+	next := nd.rows[rowKey{namespace, s.offset}]
+	if s.peak == 0 && !promote {
+		return "" // it never issued: nothing to lose
 	}
 	for _, od := range old {
 		m := od.marks[peerKey{namespace, s.offset}]
@@ -320,7 +321,7 @@ func (w *World) legal(s *Server, nd *data, promote bool) string {
 			return ""
 		case !promote && next == nil && m.high > 0:
 			return ""
-		case !promote && next != nil && (next.next >= cur.next || m.high > next.next):
+		case !promote && next != nil && (next.next >= s.peak || m.high > next.next):
 			return ""
 		}
 	}
@@ -365,7 +366,7 @@ func (w *World) settings() {
 			return
 		}
 	case "block sizes":
-		ns.BlockSize = 1 + w.rng.Int64N(100)
+		ns.BlockSize = 1 + w.rng.Int64N(ns.MaxBlockSize)
 	}
 	name := fmt.Sprintf("admin.%d", incarnation(w))
 	cut := ""
@@ -393,16 +394,17 @@ func (w *World) settings() {
 	w.logf("admin: %s (max_id %d, start %d, block %d)%s: done", kind, ns.MaxID, got.Start, ns.BlockSize, cut)
 }
 
-// repair runs the repair one process's fence message asks for.
+// repair runs the repairs the processes' fence messages ask for, each once.
 func (w *World) repair() {
+	done := map[string]bool{}
 	for _, p := range w.procs {
 		if p == nil {
 			continue
 		}
 		for _, h := range p.store.Health() {
-			if m := fenceCmd.FindStringSubmatch(h.Error); h.Fenced && m != nil {
+			if m := fenceCmd.FindStringSubmatch(h.Error); h.Fenced && m != nil && !done[m[0]] {
+				done[m[0]] = true
 				w.repairAs(m[1], m[2])
-				return
 			}
 		}
 	}
@@ -430,7 +432,9 @@ func (w *World) repairAs(ns, name string) {
 		w.logf("admin: repair %s --server %s: %s", ns, name, short(err))
 		return
 	}
-	s.wentBack, s.cleanSince = time.Time{}, w.now
+	if !w.exhausted(s) { // at max_id, a repair moves nothing: the server stays as it came back
+		s.wentBack, s.cleanSince = time.Time{}, w.now
+	}
 	w.logf("admin: repair %s --server %s: %d -> %d (mark %d, margin %d)", ns, name, res.Before, res.After, res.Watermark, res.Margin)
 }
 
@@ -472,12 +476,12 @@ func (w *World) settle() {
 			w.startProc(i)
 		}
 	}
-	w.advance(3 * interval)
+	w.advance(2 * interval)
 	for range 3 {
 		w.repair()
-		w.advance(2 * interval)
+		w.advance(interval + interval/2)
 	}
-	w.advance(3 * interval)
+	w.advance(2 * interval)
 	w.checkFences()
 	for _, p := range w.procs {
 		if p == nil {
@@ -486,6 +490,8 @@ func (w *World) settle() {
 		}
 		for _, h := range p.store.Health() {
 			switch {
+			case w.exhausted(w.server(h.Name)):
+				// Nothing left to issue: a repair stops at max_id, and what it says then is the check.
 			case h.Fenced:
 				w.fail("%s still fences %s after the repairs: %s", p.name, h.Name, h.Error)
 			case !h.Healthy:
@@ -504,6 +510,22 @@ func (w *World) settle() {
 			}
 		}
 	}
+}
+
+// exhausted reports whether a server may have no ID left below the namespace's max_id: the lowest
+// any server holds, which a process that read it keeps its leases below.
+func (w *World) exhausted(s *Server) bool {
+	r := s.data.rows[rowKey{namespace, s.offset}]
+	if r == nil {
+		return false
+	}
+	ceiling := w.ns.MaxID
+	for _, o := range w.servers {
+		for _, or := range o.data.rows {
+			ceiling = min(ceiling, or.maxID)
+		}
+	}
+	return r.next > ceiling
 }
 
 // short is the first words of an error: what the trace shows.

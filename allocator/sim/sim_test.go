@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,35 @@ func TestSimulationReplaysASeed(t *testing.T) {
 		if len(a.Trace) < 10 {
 			t.Fatalf("seed %d: a trace of %d lines", seed, len(a.Trace))
 		}
+	}
+}
+
+// TestSimulationFindsEachGuardMissing switches each guard mechanism off in turn: the simulator must
+// find a schedule that breaks an invariant without it, so each is needed and its absence visible.
+func TestSimulationFindsEachGuardMissing(t *testing.T) {
+	for _, tc := range []struct {
+		off  Off
+		want string
+	}{
+		{Off{Floors: true}, "issued twice"},
+		{Off{PeerMarks: true}, ""}, // a duplicate, or a fence its repair cannot see to lift
+		{Off{Identity: true}, "issued twice"},
+		{Off{RepairMargin: true}, "issued twice"},
+	} {
+		off := tc.off
+		t.Run(off.Names()[0], func(t *testing.T) {
+			sum := Explore(1, 3000, runtime.GOMAXPROCS(0), 1, off)
+			if len(sum.Violations) == 0 {
+				t.Fatalf("%d schedules with %s off broke no invariant", sum.Schedules, off.Names()[0])
+			}
+			v := sum.Violations[0]
+			if !strings.Contains(v.Violation, tc.want) {
+				t.Fatalf("with %s off, want a violation of IDs %s, got:\n%s", off.Names()[0], tc.want, v.Report(40))
+			}
+			t.Logf("found after %d schedules in %s:\n%s", sum.Schedules, sum.Elapsed.Round(1e6), v.Report(12))
+			if again := Run(v.Seed, off); again.Violation != v.Violation {
+				t.Fatalf("seed %d replayed %q, not %q", v.Seed, again.Violation, v.Violation)
+			}
+		})
 	}
 }

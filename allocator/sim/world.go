@@ -85,11 +85,19 @@ type Server struct {
 	cleanSince time.Time
 	// steadySince is when the server last came up, went back, or had a link change.
 	steadySince time.Time
+	// peak is the highest counter the server ever had for the namespace: what it issued below.
+	peak int64
 }
 
 type snapshot struct {
 	at   time.Time
 	data *data
+}
+
+func (s *Server) notePeak() {
+	if r := s.data.rows[rowKey{namespace, s.offset}]; r != nil {
+		s.peak = max(s.peak, r.next)
+	}
 }
 
 func (s *Server) identity(w *World) int64 {
@@ -300,6 +308,7 @@ func (w *World) kicks() {
 // snapshot keeps a copy of each server's data every half second, the last few seconds of it.
 func (w *World) snapshot() {
 	for _, s := range w.servers {
+		s.notePeak()
 		if !s.up {
 			continue
 		}
@@ -325,8 +334,9 @@ const settingsTTL = 2 * time.Second
 // is in force once the update returned (it returns only once every server holds it); a raise, also
 // one that failed, may be used at once. A start advance that returned is in force at once on each
 // server that holds it, and on the others from each process's next read of the settings: on every
-// server once settingsTTL passed, while a server that holds it is up and reached by the process (when
-// none is, a process that did not read it cannot know it: the settings live on the servers).
+// server once settingsTTL passed, while a server that holds it is up and reached by the process, and
+// has been long enough to be back in its rotation and read (when none is, a process that did not read
+// it cannot know it: the settings live on the servers).
 type inForce struct {
 	ceiling int64
 	start   map[string]int64
@@ -343,7 +353,7 @@ func (w *World) inForce(p *Proc) inForce {
 			known := false
 			for _, o := range w.servers {
 				st := w.links[p.name+"/"+o.name]
-				known = known || (o.up && (st == linkOK || st == linkSlow) && holds(o, a))
+				known = known || (o.up && (st == linkOK || st == linkSlow) && !w.now.Before(o.steadySince.Add(settingsTTL+2*time.Second)) && holds(o, a))
 			}
 			if (known && !w.now.Before(a.at.Add(settingsTTL))) || holds(s, a) {
 				f.start[s.name] = max(f.start[s.name], a.start)

@@ -121,14 +121,14 @@ func (c *serveCmd) auth() (server.Auth, error) {
 		}
 		a.Tokens = append(a.Tokens, ts...)
 	}
-	if c.noAuth && !isLoopback(c.listen) && !c.publicNoAuth {
+	if c.noAuth && !clientip.LoopbackListen(c.listen) && !c.publicNoAuth {
 		return a, usagef("--no-auth on %s, which is not a loopback address: anyone who reaches it could lease IDs and move counters; configure a token, listen on 127.0.0.1, or, knowingly, add --insecure-public-no-auth", c.listen)
 	}
 	if c.publicNoAuth && !c.noAuth {
 		return a, usagef("--insecure-public-no-auth goes with --no-auth only")
 	}
 	a.AnyHost = c.publicNoAuth
-	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && isLoopback(c.listen) {
+	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && clientip.LoopbackListen(c.listen) {
 		// Local development out of the box: `ticketd serve` with no database and no token answers on
 		// loopback only, and says so in its log. With a ticket server, or on any other address, a token
 		// (or an explicit --no-auth) is required.
@@ -184,7 +184,7 @@ func (c *serveCmd) validate() error {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
 			return usagef("--metrics-listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:9090", c.metricsListen)
 		}
-		if !isLoopback(c.metricsListen) && !c.metricsPublic {
+		if !clientip.LoopbackListen(c.metricsListen) && !c.metricsPublic {
 			return usagef("--metrics-listen %s is not a loopback address: anyone who reaches it would read every namespace's metrics without a token; "+
 				"listen on 127.0.0.1, let Prometheus send --metrics-token to the API address, or, for a network only the scraper reaches, add --metrics-listen-public", c.metricsListen)
 		}
@@ -194,14 +194,34 @@ func (c *serveCmd) validate() error {
 	return nil
 }
 
-// privateFile refuses a file of secrets that other users of the machine may read or write.
+// privateFile refuses a file of secrets that another user of the machine may read or change: one
+// whose mode gives the group or others any permission, or whose owner is neither the user ticketd runs
+// as nor root (its owner could change it).
 func privateFile(f *os.File) error {
 	st, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return fmt.Errorf("its mode %04o lets every user of this machine read it; make it private: chmod 600 %s", perm, f.Name())
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("its mode %04o lets other users of this machine read or change it; make it private: chmod 600 %s", perm, f.Name())
+	}
+	if owner, ok := fileOwner(st); ok {
+		if uid := os.Geteuid(); owner != uid && owner != 0 {
+			return fmt.Errorf("it belongs to user %d, who could change it, not to the user ticketd runs as (%d): chown %d %s", owner, uid, uid, f.Name())
+		}
+	}
+	return nil
+}
+
+// checkSecretFile opens the secret file of a flag and refuses it unless it is private (privateFile).
+func checkSecretFile(flagName, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return usagef("%s: %v", flagName, err)
+	}
+	defer f.Close()
+	if err := privateFile(f); err != nil {
+		return usagef("%s %s: %v", flagName, path, err)
 	}
 	return nil
 }
@@ -227,18 +247,6 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	c.writes = true
 	if len(args) != 0 {
@@ -254,6 +262,11 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	auth, err := c.auth()
 	if err != nil {
 		return err
+	}
+	if c.tlsKey != "" {
+		if err := checkSecretFile("--tls-key", c.tlsKey); err != nil {
+			return err
+		}
 	}
 	logger := slog.New(slog.NewJSONHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
 	metrics := server.NewMetrics()
