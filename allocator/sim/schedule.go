@@ -133,7 +133,8 @@ func (w *World) step() {
 	s := w.servers[w.rng.IntN(len(w.servers))]
 	evs := []ev{
 		{"tick", 20, func() { w.advance(time.Duration(100+w.rng.IntN(2500)) * time.Millisecond) }},
-		{"lease", 30, func() { w.lease(p) }},
+		{"lease", 20, func() { w.lease(p) }},
+		{"fleet leases", 10, func() { w.fleetLeases() }},
 		{"process crash", 2, func() { w.stopProc(pi, false) }},
 		{"process stop", 2, func() { w.stopProc(pi, true) }},
 		{"process start", 4, func() { w.restartProc() }},
@@ -205,6 +206,16 @@ func (w *World) lease(p *Proc) {
 	}
 }
 
+// fleetLeases has every process lease at its rate, while a little time passes: a fleet under load.
+func (w *World) fleetLeases() {
+	for range 1 + w.rng.IntN(4) {
+		for _, p := range w.procs {
+			w.lease(p)
+		}
+		w.advance(time.Duration(100+w.rng.IntN(400)) * time.Millisecond)
+	}
+}
+
 func (w *World) stopProc(i int, marks bool) {
 	p := w.procs[i]
 	if p == nil {
@@ -258,7 +269,7 @@ func (w *World) goBack(s *Server, kind string) {
 		nd = newData()
 	}
 	promote := kind == "replica promoted"
-	if why := w.legal(s, nd, promote); why != "" {
+	if why := w.legal(s, snap.at, nd, promote); why != "" {
 		w.counts["skipped: "+kind]++
 		return
 	}
@@ -282,14 +293,18 @@ func (w *World) goBack(s *Server, kind string) {
 
 // legal reports why a server may not go back in time to nd now, or "" when it may: the guard's
 // documented conditions. Its peers have been up, and reached by every party, for two water-mark
-// intervals; no other server went back without a repair; and a peer held, two intervals ago, a mark
+// intervals, and none was repaired after the copy it goes back to was taken (the copy's marks of a
+// replaced peer would fence it again); no other server went back without a repair; and a peer held, two intervals ago, a mark
 // of the server that shows what it loses: above the counter it goes back to, for a row it loses, or
 // with the old server's identity, for a replica promoted in its place.
-func (w *World) legal(s *Server, nd *data, promote bool) string {
+func (w *World) legal(s *Server, at time.Time, nd *data, promote bool) string {
 	old := map[string]*data{}
 	for _, o := range w.servers {
 		if o == s {
 			continue
+		}
+		if !o.cleanSince.IsZero() && at.Before(o.cleanSince) && len(nd.marks) > 0 {
+			return "a copy older than a peer's repair holds the marks of the server the peer replaced"
 		}
 		if !o.wentBack.IsZero() || !o.up || w.now.Sub(o.steadySince) < 2*interval {
 			return "a peer is not steady"
