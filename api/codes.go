@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Error codes: the "code" of an error answer. Each comes with one HTTP status; a client may switch on
@@ -19,8 +20,8 @@ const (
 	CodeInvalidToken     = "invalid_token"          // 401: a token that is not configured
 	CodeForbidden        = "forbidden"              // 403: the token is another namespace's, or not the admin's
 	CodeForeignHost      = "foreign_host"           // 403 without authentication: the Host is not a loopback name or address
-	CodeCrossSite        = "cross_site"             // 403 without authentication: a foreign Origin or a cross-site browser request
-	CodeNotJSON          = "unsupported_media_type" // 415 without authentication: a state-changing request not sent as application/json
+	CodeCrossSite        = "cross_site"             // 403: a state-changing request from a foreign Origin, or one the browser marks cross-site
+	CodeNotJSON          = "unsupported_media_type" // 415: a state-changing request not sent as application/json (always without authentication; from a browser with it)
 	CodeNotFound         = "namespace_not_found"    // 404
 	CodeRouteNotFound    = "route_not_found"        // 404: no such endpoint
 	CodeMethodNotAllowed = "method_not_allowed"     // 405
@@ -122,4 +123,15 @@ type ServerStatus struct {
 	// Marks says why this process's water marks do not reach the server, when they do not: it serves,
 	// but the restored-state guard forgets what this process saw when it stops.
 	Marks string `json:"marks,omitempty"`
+}
+
+// Bearer extracts the token of an "Authorization: Bearer TOKEN" header; the scheme's case does not
+// matter (RFC 9110). ok is false for another scheme or an empty token.
+func Bearer(header string) (token string, ok bool) {
+	const prefix = "bearer "
+	if len(header) <= len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return "", false
+	}
+	token = strings.TrimSpace(header[len(prefix):])
+	return token, token != ""
 }

@@ -123,7 +123,8 @@ func newShortenerRig(ctx context.Context, env *mysqlEnv, redisAddr string) (rig 
 			shortenerPackage, err, bytes.TrimSpace(out))
 	}
 	rig.cmd = exec.Command(bin, "--listen", "127.0.0.1:0", "--ticketd", ticketdURL, "--namespace", ns, "--redis", redisAddr,
-		"--key-prefix", rig.prefix, "--base-url", "http://sho.rt", "--create-rate", "0", "--log-level", "info")
+		"--key-prefix", rig.prefix, "--base-url", "http://sho.rt", "--create-rate", "0", "--create-quota", "0", "--miss-rate", "0",
+		"--log-level", "info")
 	// ticketd runs without authentication here, but the shortener refuses to start without a token.
 	rig.cmd.Env = append(environWithout("SHORTENER_"), "SHORTENER_TOKEN="+scrambleKey(), "SHORTENER_SCRAMBLE_KEY="+scrambleKey())
 	stderr, err := rig.cmd.StderrPipe()
@@ -290,7 +291,7 @@ func (r *shortenerRig) close() (shortenerStats, error) {
 
 // scrambleKey is a random scramble key for one run.
 func scrambleKey() string {
-	var k [16]byte
+	var k [32]byte
 	_, _ = rand.Read(k[:])
 	return fmt.Sprintf("%x", k)
 }

@@ -310,7 +310,6 @@ func TestComposeKeepsSecrets(t *testing.T) {
 		}
 		switch {
 		case op == ":?":
-		case op == ":-" && def == "" && name == "SHORTENER_CREATE_TOKEN": // optional, off when unset
 		default:
 			t.Errorf("${%s%s%s}: a secret must be required (:?), never defaulted", name, op, def)
 		}
@@ -335,6 +334,9 @@ func TestComposeKeepsSecrets(t *testing.T) {
 		t.Errorf("redis %q: want a memory cap and noeviction", redis)
 	}
 	sh := c.Services["shortener"]
+	if !strings.Contains(sh.Environment["SHORTENER_CREATE_TOKEN"], ":?") {
+		t.Errorf("the shortener listens beyond loopback: it must require SHORTENER_CREATE_TOKEN: %v", sh.Environment)
+	}
 	if !strings.Contains(sh.Environment["SHORTENER_SCRAMBLE_KEY"], ":?") || flagValue(sh.Command, "base-url") == "" || flagValue(sh.Command, "max-links") == "" {
 		t.Errorf("the shortener must require SHORTENER_SCRAMBLE_KEY and get --base-url and --max-links: %v %v", sh.Command, sh.Environment)
 	}

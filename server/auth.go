@@ -206,16 +206,6 @@ func (a *authenticator) lookup(token string) (identity, bool) {
 	return a.creds[found].id, true
 }
 
-// bearer extracts the token of an "Authorization: Bearer TOKEN" header.
-func bearer(h string) (string, bool) {
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", false
-	}
-	tok := strings.TrimSpace(h[len(prefix):])
-	return tok, tok != ""
-}
-
 // identify authenticates the caller of a route that takes a token: 401 without a (known) token. A
 // valid token is always let through: a client address that sent too many wrong or malformed tokens
 // has its wrong ones answered 429, never its right ones, since a proxy, a NAT or a published port may
@@ -230,7 +220,7 @@ func (s *Server) identify(c echo.Context) (identity, error) {
 	if h == "" {
 		return identity{}, errorf(http.StatusUnauthorized, api.CodeMissingToken, `send "Authorization: Bearer TOKEN" with a namespace or admin token`)
 	}
-	tok, ok := bearer(h)
+	tok, ok := api.Bearer(h)
 	if ok {
 		if id, known := s.auth.lookup(tok); known {
 			return id, nil

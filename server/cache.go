@@ -56,6 +56,10 @@ type CacheConfig struct {
 	// Default: the 95th percentile of the latencies of recent segment leases, at least 20ms (250ms
 	// before the first); at most half of FetchTimeout. Negative: never hedge.
 	HedgeDelay time.Duration
+	// IdleAfter is how long a namespace's cache is kept after its last request: then its segments are
+	// dropped (their IDs left unissued, a gap) and what the cache held for it is freed, so that a
+	// process that served many namespaces once does not keep them all. Default 10m.
+	IdleAfter time.Duration
 }
 
 // validate applies the rule of every configuration: zero means the default, a negative value is an
@@ -65,7 +69,7 @@ func (c CacheConfig) validate() error {
 		allocator.Setting("Target", c.Target), allocator.Setting("MinSegment", c.MinSegment),
 		allocator.Setting("MaxSegment", c.MaxSegment), allocator.Setting("PrefetchAt", c.PrefetchAt),
 		allocator.Setting("SettingsTTL", c.SettingsTTL), allocator.Setting("FetchTimeout", c.FetchTimeout),
-		allocator.Setting("MaxAhead", c.MaxAhead)); err != nil {
+		allocator.Setting("MaxAhead", c.MaxAhead), allocator.Setting("IdleAfter", c.IdleAfter)); err != nil {
 		return err
 	}
 	if c.PrefetchAt >= 1 {
@@ -84,6 +88,7 @@ func (c CacheConfig) withDefaults() CacheConfig {
 	allocator.Default(&c.SettingsTTL, 5*time.Second)
 	allocator.Default(&c.FetchTimeout, 30*time.Second)
 	allocator.Default(&c.MaxAhead, 8)
+	allocator.Default(&c.IdleAfter, 10*time.Minute)
 	if c.HedgeDelay > 0 {
 		c.HedgeDelay = min(c.HedgeDelay, c.FetchTimeout/2)
 	}
@@ -119,9 +124,10 @@ type segmentCache struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.RWMutex
-	spaces map[string]*space
-	closed bool
+	mu      sync.RWMutex
+	spaces  map[string]*space
+	closed  bool
+	sweptAt time.Time // the last look for idle namespaces (see sweepLocked)
 }
 
 func newSegmentCache(cfg CacheConfig, b allocator.Backend, m *Metrics, logger *slog.Logger, now func() time.Time) *segmentCache {
@@ -159,6 +165,7 @@ type space struct {
 	c    *segmentCache
 
 	cur        atomic.Pointer[segment]
+	usedAt     atomic.Int64 // unix nanoseconds of the last request
 	settings   atomic.Pointer[allocator.Namespace]
 	settingsAt atomic.Int64 // unix nanoseconds of the last settings read
 	size       atomic.Int64 // size of the next segment lease; 0 until the first
@@ -249,11 +256,37 @@ func (c *segmentCache) space(name string) *space {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if sp = c.spaces[name]; sp == nil {
+		now := c.now()
+		c.sweepLocked(now)
 		sp = &space{name: name, c: c, depth: 1, landed: make(chan struct{})}
 		sp.room.Store(true)
+		sp.usedAt.Store(now.UnixNano())
 		c.spaces[name] = sp
 	}
 	return sp
+}
+
+// sweep drops the namespaces idle for CacheConfig.IdleAfter (see sweepLocked).
+func (c *segmentCache) sweep() {
+	c.mu.Lock()
+	c.sweepLocked(c.now())
+	c.mu.Unlock()
+}
+
+// sweepLocked drops, at most every quarter of CacheConfig.IdleAfter, the namespaces without a request
+// for IdleAfter and without a backend call in flight: their segments are a gap. A request that holds
+// a dropped space finishes with it; the next one makes a new space. c.mu must be held.
+func (c *segmentCache) sweepLocked(now time.Time) {
+	if now.Sub(c.sweptAt) < c.cfg.IdleAfter/4 {
+		return
+	}
+	c.sweptAt = now
+	idleSince := now.Add(-c.cfg.IdleAfter).UnixNano()
+	for name, sp := range c.spaces {
+		if sp.usedAt.Load() <= idleSince && !sp.busy.Load() {
+			delete(c.spaces, name)
+		}
+	}
 }
 
 // forget drops a namespace's segments (after its settings change, or when it does not exist).
@@ -283,6 +316,7 @@ func (c *segmentCache) target(st allocator.Namespace) time.Duration {
 // segment. The size is checked against the namespace's settings before any backend lease.
 func (c *segmentCache) lease(ctx context.Context, name string, size int64, reqID string) (allocator.Block, bool, error) {
 	sp := c.space(name)
+	sp.usedAt.Store(c.now().UnixNano())
 	st, err := sp.loadSettings(ctx, reqID)
 	if err != nil {
 		if errors.Is(err, allocator.ErrNotFound) {
@@ -831,6 +865,7 @@ type spaceStats struct {
 }
 
 func (c *segmentCache) stats() []spaceStats {
+	c.sweep()
 	views := c.views()
 	out := make([]spaceStats, 0, len(views))
 	for _, v := range views {

@@ -37,6 +37,13 @@ const headroomSamples = 16
 type headroom struct {
 	mu     sync.Mutex
 	series map[string]*headroomSeries
+
+	// The last reading of every namespace's counters for the metrics, and whether one is under way
+	// (see headroomOf).
+	scrapeMu      sync.Mutex
+	scrape        scrapeHeadroom
+	scrapeAt      time.Time
+	scrapeReading bool
 }
 
 // headroomSeries is one namespace's samples, taken under one ceiling over one set of servers, and the
@@ -200,9 +207,36 @@ type scrapeHeadroom struct {
 	stale map[string]bool
 }
 
-// headroomOf reads every namespace's counters for the metrics. A namespace whose counters were never
-// read is left out; so are all when the backend does not answer.
+// headroomOf is what a scrape reports of every namespace's headroom: the last reading, taken again in
+// the background once it is headroomEvery old, so that a scrape never waits for the ticket servers
+// (but the first) and the servers see one read of every namespace's counters (a statement or two per
+// server) per headroomEvery, however many scrapes. A namespace whose counters were never read is left
+// out; so are all when the backend does not answer.
 func (s *Server) headroomOf() scrapeHeadroom {
+	h := &s.headroom
+	h.scrapeMu.Lock()
+	defer h.scrapeMu.Unlock()
+	now := s.cfg.now()
+	if h.scrapeAt.IsZero() {
+		h.scrape, h.scrapeAt = s.readHeadroom(), now // the first scrape waits for a reading
+		return h.scrape
+	}
+	if age := now.Sub(h.scrapeAt); (age >= headroomEvery || age < 0) && !h.scrapeReading && !s.closing() {
+		h.scrapeReading = true
+		s.background.Add(1)
+		go func() {
+			defer s.background.Done()
+			got := s.readHeadroom()
+			h.scrapeMu.Lock()
+			h.scrape, h.scrapeAt, h.scrapeReading = got, s.cfg.now(), false
+			h.scrapeMu.Unlock()
+		}()
+	}
+	return h.scrape
+}
+
+// readHeadroom reads every namespace's counters for the metrics (see headroomOf).
+func (s *Server) readHeadroom() scrapeHeadroom {
 	ctx, cancel := context.WithTimeout(context.Background(), headroomTimeout)
 	defer cancel()
 	list, err := s.backend.Namespaces(ctx)

@@ -79,6 +79,10 @@ func TestHeadroomThroughAnOutage(t *testing.T) {
 			}
 			gauge := func() string {
 				t.Helper()
+				// A scrape serves the last reading and takes a new one in the background when it is
+				// old: the second scrape serves what the servers say now.
+				s.do(t, request{method: "GET", path: "/metrics", token: adminTok})
+				s.background.Wait()
 				body := s.do(t, request{method: "GET", path: "/metrics", token: adminTok}).Body.String()
 				for _, line := range strings.Split(body, "\n") {
 					if v, ok := strings.CutPrefix(line, `ticketd_namespace_ids_remaining{ticketd_namespace="big"} `); ok {

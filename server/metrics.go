@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,21 +26,17 @@ type Metrics struct {
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	leaseSeconds *prometheus.HistogramVec
-	ids          *prometheus.CounterVec
-	blocks       *prometheus.CounterVec
 	failovers    *prometheus.CounterVec
-	fetches      *prometheus.CounterVec
-	stalls       *prometheus.CounterVec
-	hedges       *prometheus.CounterVec
-	hedgesWon    *prometheus.CounterVec
 	authFailures prometheus.Counter
 	authRefused  prometheus.Counter
 
-	// Label lookups cost a hash and a map access; the hot path keeps the children it has seen.
+	// Label lookups cost a hash and a map access; the hot path keeps the children it has seen. The
+	// counts of each namespace are plain atomics, reported at a scrape by nsCollector: a namespace
+	// costs a hundred bytes, not a client_golang child (with its label pairs) per series.
 	mu       sync.RWMutex
 	reqChild map[reqKey]prometheus.Counter
 	durChild map[string]prometheus.Observer
-	idsChild map[string]nsCounters
+	idsChild map[string]*nsCounters
 
 	// For the status page: lease latency of the last minute per ticket server.
 	now     func() time.Time
@@ -52,9 +49,12 @@ type reqKey struct {
 	status        int
 }
 
+// nsCounters are one namespace's counts since the process started.
 type nsCounters struct {
-	ids, cached, direct prometheus.Counter
-	recent              *idWindow // IDs per second of the last minute, for the status page
+	ids, cached, direct       atomic.Int64
+	fetchOK, fetchErr, stalls atomic.Int64
+	hedges, hedgesWon         atomic.Int64
+	recent                    idWindow // IDs per second of the last minute, for the status page
 }
 
 // nsLabel is the label that names a namespace. Not "namespace": Prometheus's Kubernetes discovery adds
@@ -82,27 +82,9 @@ func NewMetrics() *Metrics {
 			Name: "ticketd_lease_duration_seconds", Help: "Latency of one lease attempt on one ticket server, by result.",
 			Buckets: latencyBuckets[:],
 		}, []string{"server", "result"}),
-		ids: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ticketd_ids_issued_total", Help: "IDs handed to clients, by namespace.",
-		}, []string{nsLabel}),
-		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ticketd_blocks_issued_total", Help: "Blocks handed to clients, by namespace and source (cache: carved from a cached segment; backend: leased for the request).",
-		}, []string{nsLabel, "source"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_failovers_total", Help: "Leases that moved on from a failed ticket server to the next, by the server that failed.",
 		}, []string{"from"}),
-		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ticketd_cache_fetches_total", Help: "Segment leases by the cache, by namespace and result.",
-		}, []string{nsLabel, "result"}),
-		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ticketd_cache_stalls_total", Help: "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).",
-		}, []string{nsLabel}),
-		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ticketd_cache_hedges_total", Help: "Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace.",
-		}, []string{nsLabel}),
-		hedgesWon: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ticketd_cache_hedges_won_total", Help: "Hedged segment leases whose second lease brought a segment first, by namespace.",
-		}, []string{nsLabel}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ticketd_auth_failures_total", Help: "Requests with a wrong or malformed token (the server log names the client addresses).",
 		}),
@@ -111,12 +93,11 @@ func NewMetrics() *Metrics {
 		}),
 		reqChild: map[reqKey]prometheus.Counter{},
 		durChild: map[string]prometheus.Observer{},
-		idsChild: map[string]nsCounters{},
+		idsChild: map[string]*nsCounters{},
 		now:      time.Now,
 		latency:  map[string]*latencyWindow{},
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.ids, m.blocks, m.failovers, m.fetches, m.stalls,
-		m.hedges, m.hedgesWon, m.authFailures, m.authRefused,
+	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.failovers, m.authFailures, m.authRefused, newNSCollector(m),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
 }
@@ -206,46 +187,106 @@ func (m *Metrics) observeRequest(route, method string, status int, took time.Dur
 	d.Observe(took.Seconds())
 }
 
-// observeIssued counts a block handed to a client at now.
-func (m *Metrics) observeIssued(namespace string, size int64, cached bool, now time.Time) {
+// namespace returns the counts of the namespace, made at its first use.
+func (m *Metrics) namespace(name string) *nsCounters {
 	m.mu.RLock()
-	n, ok := m.idsChild[namespace]
+	n, ok := m.idsChild[name]
 	m.mu.RUnlock()
 	if !ok {
 		m.mu.Lock()
-		if n, ok = m.idsChild[namespace]; !ok {
-			n = nsCounters{ids: m.ids.WithLabelValues(namespace),
-				cached: m.blocks.WithLabelValues(namespace, "cache"), direct: m.blocks.WithLabelValues(namespace, "backend"),
-				recent: &idWindow{}}
-			m.idsChild[namespace] = n
+		if n, ok = m.idsChild[name]; !ok {
+			n = &nsCounters{}
+			m.idsChild[name] = n
 		}
 		m.mu.Unlock()
 	}
-	n.ids.Add(float64(size))
+	return n
+}
+
+// observeIssued counts a block handed to a client at now.
+func (m *Metrics) observeIssued(namespace string, size int64, cached bool, now time.Time) {
+	n := m.namespace(namespace)
+	n.ids.Add(size)
 	n.recent.add(now, size)
 	if cached {
-		n.cached.Inc()
+		n.cached.Add(1)
 	} else {
-		n.direct.Inc()
+		n.direct.Add(1)
 	}
 }
 
 func (m *Metrics) observeFetch(namespace string, err error) {
-	result := "ok"
 	if err != nil {
-		result = "error"
+		m.namespace(namespace).fetchErr.Add(1)
+	} else {
+		m.namespace(namespace).fetchOK.Add(1)
 	}
-	m.fetches.WithLabelValues(namespace, result).Inc()
 }
 
-func (m *Metrics) observeStall(namespace string) { m.stalls.WithLabelValues(namespace).Inc() }
+func (m *Metrics) observeStall(namespace string) { m.namespace(namespace).stalls.Add(1) }
 
 // observeHedge counts a hedge sent, or one that won.
 func (m *Metrics) observeHedge(namespace string, won bool) {
 	if won {
-		m.hedgesWon.WithLabelValues(namespace).Inc()
+		m.namespace(namespace).hedgesWon.Add(1)
 	} else {
-		m.hedges.WithLabelValues(namespace).Inc()
+		m.namespace(namespace).hedges.Add(1)
+	}
+}
+
+// nsCollector reports each namespace's counts (see nsCounters). A series appears once its count is
+// not zero, but for the IDs and blocks issued, which appear together at the namespace's first block.
+type nsCollector struct {
+	m                                               *Metrics
+	ids, blocks, fetches, stalls, hedges, hedgesWon *prometheus.Desc
+}
+
+func newNSCollector(m *Metrics) *nsCollector {
+	return &nsCollector{m: m,
+		ids: prometheus.NewDesc("ticketd_ids_issued_total", "IDs handed to clients, by namespace.", []string{nsLabel}, nil),
+		blocks: prometheus.NewDesc("ticketd_blocks_issued_total",
+			"Blocks handed to clients, by namespace and source (cache: carved from a cached segment; backend: leased for the request).", []string{nsLabel, "source"}, nil),
+		fetches: prometheus.NewDesc("ticketd_cache_fetches_total", "Segment leases by the cache, by namespace and result.", []string{nsLabel, "result"}, nil),
+		stalls: prometheus.NewDesc("ticketd_cache_stalls_total",
+			"Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).", []string{nsLabel}, nil),
+		hedges: prometheus.NewDesc("ticketd_cache_hedges_total",
+			"Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace.", []string{nsLabel}, nil),
+		hedgesWon: prometheus.NewDesc("ticketd_cache_hedges_won_total",
+			"Hedged segment leases whose second lease brought a segment first, by namespace.", []string{nsLabel}, nil),
+	}
+}
+
+func (c *nsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ids, c.blocks, c.fetches, c.stalls, c.hedges, c.hedgesWon} {
+		ch <- d
+	}
+}
+
+func (c *nsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.RLock()
+	names := make([]string, 0, len(c.m.idsChild))
+	counts := make([]*nsCounters, 0, len(c.m.idsChild))
+	for name, n := range c.m.idsChild {
+		names, counts = append(names, name), append(counts, n)
+	}
+	c.m.mu.RUnlock()
+	counter := func(d *prometheus.Desc, v int64, always bool, labels ...string) {
+		if v != 0 || always {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+		}
+	}
+	for i, name := range names {
+		n := counts[i]
+		if cached, direct := n.cached.Load(), n.direct.Load(); cached+direct > 0 {
+			counter(c.ids, n.ids.Load(), true, name)
+			counter(c.blocks, cached, true, name, "cache")
+			counter(c.blocks, direct, true, name, "backend")
+		}
+		counter(c.fetches, n.fetchOK.Load(), false, name, "ok")
+		counter(c.fetches, n.fetchErr.Load(), false, name, "error")
+		counter(c.stalls, n.stalls.Load(), false, name)
+		counter(c.hedges, n.hedges.Load(), false, name)
+		counter(c.hedgesWon, n.hedgesWon.Load(), false, name)
 	}
 }
 
@@ -285,9 +326,11 @@ func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom fun
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
 		marks: prometheus.NewDesc("ticketd_watermarks_failing",
 			"1 while this process's water marks cannot be written into the ticket server (a missing grant, a full disk): it serves, but the restored-state guard forgets what this process saw when it stops; /readyz and ticketd doctor say why.", []string{"server"}, nil),
-		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached for the namespace (current and prefetched).", []string{nsLabel}, nil),
-		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the namespace's cached segments.", []string{nsLabel}, nil),
-		size:     prometheus.NewDesc("ticketd_cache_segment_size", "Size of the namespace's next segment lease (adapts to the rate).", []string{nsLabel}, nil),
+		// The cache's gauges are totals: per namespace they would be three series each, at every scrape,
+		// for what the status page shows.
+		segments: prometheus.NewDesc("ticketd_cache_segments", "Segments cached (current and prefetched), over every namespace.", nil, nil),
+		left:     prometheus.NewDesc("ticketd_cache_remaining_ids", "IDs left in the cached segments, over every namespace.", nil, nil),
+		size:     prometheus.NewDesc("ticketd_cache_namespaces", "Namespaces with a cache (see --cache-idle).", nil, nil),
 	}
 }
 
@@ -323,11 +366,15 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if sc.cache != nil {
-		for _, st := range sc.cache.stats() {
-			ch <- prometheus.MustNewConstMetric(sc.segments, prometheus.GaugeValue, float64(st.Segments), st.Namespace)
-			ch <- prometheus.MustNewConstMetric(sc.left, prometheus.GaugeValue, float64(st.Remaining), st.Namespace)
-			ch <- prometheus.MustNewConstMetric(sc.size, prometheus.GaugeValue, float64(st.SegmentSize), st.Namespace)
+		var segments, left float64
+		stats := sc.cache.stats()
+		for _, st := range stats {
+			segments += float64(st.Segments)
+			left += float64(st.Remaining)
 		}
+		ch <- prometheus.MustNewConstMetric(sc.segments, prometheus.GaugeValue, segments)
+		ch <- prometheus.MustNewConstMetric(sc.left, prometheus.GaugeValue, left)
+		ch <- prometheus.MustNewConstMetric(sc.size, prometheus.GaugeValue, float64(len(stats)))
 	}
 	if sc.headroom != nil {
 		h := sc.headroom()

@@ -14,15 +14,9 @@ import (
 
 // guardOpen keeps a server without authentication (on loopback, for development) out of reach of the
 // web pages its user visits. A page can make the browser send requests to 127.0.0.1, and, by pointing a
-// name of its own at 127.0.0.1 (DNS rebinding), read the answers. So, with authentication off:
-//   - a request whose Host is not a loopback name or address is refused on every route: a rebound
-//     name is not one;
-//   - a request that changes state (any method but GET and HEAD, and GET /ids, which hands out IDs)
-//     is refused when it carries a foreign Origin, when the browser says it is cross-site
-//     (Sec-Fetch-Site; same-site is a page of this machine too), or, for a method with a body, when it is not application/json: a page can send
-//     text/plain or a form without asking first, never application/json.
-//
-// Each refusal is 403 or 415 and reaches no handler, so it changes no counter.
+// name of its own at 127.0.0.1 (DNS rebinding), read the answers. So, with authentication off, a
+// request whose Host is not a loopback name or address is refused on every route: a rebound name is
+// not one. guardCrossSite then applies, as in every mode.
 func (s *Server) guardOpen(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -30,22 +24,63 @@ func (s *Server) guardOpen(next echo.HandlerFunc) echo.HandlerFunc {
 			return errorf(http.StatusForbidden, api.CodeForeignHost,
 				"without authentication this server answers only requests for a loopback name or address (localhost, 127.0.0.1, [::1]), not %q; configure a token to serve other names", truncate(r.Host, 80))
 		}
+		return next(c)
+	}
+}
+
+// guardCrossSite refuses, in every mode, a request that changes state (any method but GET and HEAD,
+// and GET /ids, which hands out IDs) when a web page may have sent it: ticketd serves no page that
+// changes anything, and answers no CORS preflight. Refused are a request
+//   - with an Origin that is not this server's own (with authentication off: not a loopback page);
+//   - that the browser marks cross-site (Sec-Fetch-Site; with authentication on, same-site too: a
+//     sibling name may be anyone's; with it off, same-site is a page of this machine);
+//   - with a body that is not application/json, which a page can send without asking first (a form,
+//     text/plain): always with authentication off; with it on, when a browser sent it (an Origin or
+//     a Sec-Fetch-Site header), so that curl -d with a token keeps working.
+//
+// Each refusal is 403 or 415 and reaches no handler, so it changes no counter.
+func (s *Server) guardCrossSite(next echo.HandlerFunc) echo.HandlerFunc {
+	open := s.auth.disabled
+	return func(c echo.Context) error {
 		if !changesState(c) {
 			return next(c)
 		}
-		if o := r.Header.Get("Origin"); o != "" && !loopbackOrigin(o) {
-			return errorf(http.StatusForbidden, api.CodeCrossSite, "without authentication this server refuses requests from web pages of other origins")
+		r := c.Request()
+		origin, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")
+		if origin != "" && !(open && loopbackOrigin(origin)) && !sameOrigin(origin, r) {
+			return errorf(http.StatusForbidden, api.CodeCrossSite, "this server refuses state-changing requests from web pages of other origins")
 		}
-		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-			return errorf(http.StatusForbidden, api.CodeCrossSite, "without authentication this server refuses cross-site requests from web pages")
+		if site == "cross-site" || (!open && site == "same-site") {
+			return errorf(http.StatusForbidden, api.CodeCrossSite, "this server refuses state-changing requests that the browser marks %s", site)
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		browser := origin != "" || site != ""
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && (open || browser) {
 			if mt, _, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); err != nil || mt != echo.MIMEApplicationJSON {
-				return errorf(http.StatusUnsupportedMediaType, api.CodeNotJSON, `without authentication, send "Content-Type: application/json" (curl -H 'Content-Type: application/json' …)`)
+				return errorf(http.StatusUnsupportedMediaType, api.CodeNotJSON, `send "Content-Type: application/json" (curl -H 'Content-Type: application/json' …)`)
 			}
 		}
 		return next(c)
 	}
+}
+
+// sameOrigin reports whether origin is a page of the host the request was sent to.
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return strings.EqualFold(withPort(u.Host, u.Scheme), withPort(r.Host, u.Scheme))
+}
+
+// withPort adds the scheme's default port to a host that has none.
+func withPort(host, scheme string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if scheme == "https" {
+		return net.JoinHostPort(strings.Trim(host, "[]"), "443")
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
 }
 
 // changesState reports whether the request may change what the server holds.

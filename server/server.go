@@ -150,7 +150,9 @@ type Server struct {
 	connsRefused atomic.Uint64
 	draining     atomic.Bool
 
-	closeOnce sync.Once
+	closeOnce  sync.Once
+	closed     atomic.Bool
+	background sync.WaitGroup // the metrics' reads of the headroom (see headroomOf)
 }
 
 // New checks the configuration and builds the server.
@@ -200,6 +202,7 @@ func (s *Server) routes() *echo.Echo {
 	if s.auth.disabled && !s.cfg.Auth.AnyHost {
 		e.Use(s.guardOpen)
 	}
+	e.Use(s.guardCrossSite)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", s.authenticated(s.metricsRoute))
@@ -247,11 +250,19 @@ func (s *Server) authenticated(h func(echo.Context, identity) error) echo.Handle
 // Handler is the HTTP handler of every route.
 func (s *Server) Handler() http.Handler { return s.e }
 
-// Close stops the cache's background calls. It does not close the backend. Safe to call twice.
+// Close stops the cache's background calls and waits for a read of the metrics' headroom under way. It
+// does not close the backend. Safe to call twice.
 func (s *Server) Close() error {
 	s.closeCache()
+	s.headroom.scrapeMu.Lock()
+	s.closed.Store(true) // under the lock: no read starts after the wait begins
+	s.headroom.scrapeMu.Unlock()
+	s.background.Wait()
 	return nil
 }
+
+// closing reports whether Close has been called.
+func (s *Server) closing() bool { return s.closed.Load() }
 
 func (s *Server) closeCache() {
 	s.closeOnce.Do(func() {
@@ -503,7 +514,38 @@ func (s *Server) getNamespace(c echo.Context, caller identity) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.wireNamespace(got))
+	out := s.wireNamespace(got)
+	if !caller.admin {
+		out = withoutServerNames(out)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// withoutServerNames is a namespace as a namespace token sees it: each ticket server's counter, step,
+// offset and health, under its place in the list ("server 1", …), without its address, its raw error
+// or its replication, which are the admin's to see (as on /readyz).
+func withoutServerNames(ns api.Namespace) api.Namespace {
+	label := map[string]string{}
+	servers := make([]allocator.ServerState, len(ns.Servers))
+	for i, st := range ns.Servers {
+		label[st.Server] = fmt.Sprintf("server %d", i+1)
+		servers[i] = allocator.ServerState{Server: label[st.Server], Next: st.Next, Step: st.Step, Offset: st.Offset, Healthy: st.Healthy}
+		if !st.Healthy {
+			servers[i].Error = "not usable; the admin sees why"
+		}
+	}
+	ns.Servers = servers
+	if len(ns.StaleCounters) > 0 {
+		stale := make([]api.StaleCounter, len(ns.StaleCounters))
+		for i, sc := range ns.StaleCounters {
+			stale[i] = api.StaleCounter{Server: label[sc.Server], SeenAt: sc.SeenAt}
+			if stale[i].Server == "" {
+				stale[i].Server = "a server"
+			}
+		}
+		ns.StaleCounters = stale
+	}
+	return ns
 }
 
 // wireNamespace is a namespace's wire form with its forecast exhaustion.

@@ -653,8 +653,9 @@ func TestMetrics(t *testing.T) {
 		`ticketd_failovers_total{from="b"} 1`,
 		`ticketd_ticket_server_up{server="a"} 1`,
 		`ticketd_ticket_server_up{server="b"} 0`,
-		`ticketd_cache_segments{ticketd_namespace="orders"}`,
-		`ticketd_cache_remaining_ids{ticketd_namespace="orders"}`,
+		"ticketd_cache_segments 1",
+		"ticketd_cache_namespaces 1",
+		"ticketd_cache_remaining_ids ",
 		`ticketd_cache_fetches_total{result="ok",ticketd_namespace="orders"}`,
 		`ticketd_cache_stalls_total{ticketd_namespace="orders"} 1`, // the first request finds the cache empty
 		`ticketd_http_request_duration_seconds_count{route="/v1/namespaces/:ns/blocks"} 5`,

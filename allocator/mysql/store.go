@@ -292,25 +292,57 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // serverStates reads each server's counter of each namespace, one query per server and namespace.
 func (p *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
 	out := make(map[string][]allocator.ServerState, len(names))
-	for _, name := range names {
-		for _, s := range p.set.All() {
-			h := s.Health()
-			st := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
+	for _, s := range p.set.All() {
+		h := s.Health()
+		base := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
+		var rows map[string]rowSettings // the server's own rows, read at once; nil when not read
+		var rerr error
+		if h.Healthy {
+			rows, rerr = s.countersOf(ctx, names, h.Offset)
+		}
+		for _, name := range names {
+			st := base
 			if h.Healthy {
-				rs, err := s.readRow(ctx, name, h.Offset)
+				rs, ok := rows[name]
 				switch {
-				case err == nil:
+				case rerr != nil:
+					st.Healthy, st.Error = false, rerr.Error()
+				case ok:
 					st.Next = rs.next
-				case errors.Is(err, errRowMissing):
-					st.Error = "no row for this namespace yet (created at its first lease)"
 				default:
-					st.Healthy, st.Error = false, err.Error()
+					st.Error = "no row for this namespace yet (created at its first lease)"
 				}
 			}
 			out[name] = append(out[name], st)
 		}
 	}
 	return out
+}
+
+// countersOf reads the server's rows (of the given offset) of the namespaces named, by name: one
+// statement for one namespace, or for all of them (a listing reads every row at once, never one
+// statement per namespace).
+func (s *server) countersOf(ctx context.Context, names []string, offset int64) (map[string]rowSettings, error) {
+	out := make(map[string]rowSettings, len(names))
+	if len(names) == 1 {
+		r, err := s.readRow(ctx, names[0], offset)
+		switch {
+		case errors.Is(err, errRowMissing):
+			return out, nil
+		case err != nil:
+			return nil, err
+		}
+		out[names[0]] = r
+		return out, nil
+	}
+	rows, err := s.ownRows(ctx, offset, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		out[r.ns.Name] = r
+	}
+	return out, nil
 }
 
 // Migrate applies the schema on every server; all must answer.

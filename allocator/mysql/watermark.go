@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
@@ -50,75 +53,104 @@ func (p *Store) writeWatermarks(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// markSQL raises a water mark. The identity recorded is that of the highest mark: a mark taken on
-// another server (before a failover, say) gives way to a higher one, and an unknown identity never
-// replaces a known one.
-//
-// Parameters: namespace, offset, mark, now, identity; identity, mark, identity; mark; now.
+// markSQL raises water marks, one row per namespace (see markRow): many namespaces' marks in one
+// statement. The identity recorded is that of the highest mark: a mark taken on another server (before
+// a failover, say) gives way to a higher one, and an unknown identity never replaces a known one.
 const markSQL = `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us, server_identity)
-	VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE
-	server_identity = IF(? <> '' AND (? > high_water OR server_identity = ''), ?, server_identity),
-	high_water = GREATEST(high_water, ?), updated_us = ?`
+	VALUES %s ON DUPLICATE KEY UPDATE
+	server_identity = IF(VALUES(server_identity) <> '' AND (VALUES(high_water) > high_water OR server_identity = ''), VALUES(server_identity), server_identity),
+	high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`
+
+// markRow is one row of markSQL. Parameters: namespace, offset, mark, now, identity.
+const markRow = "(?, ?, ?, ?, ?)"
 
 // serverUS is the ticket server's own clock in microseconds: the time of a statement, alike for every
 // process that writes the same row, whatever their clocks say.
 const serverUS = "CAST(@@timestamp * 1000000 AS SIGNED)"
 
-// paceSQL records what one process leased from a peer since its last write: its rate, the highest
-// rate of one process (peak_per_s); the counter units added to the peer's sum of every process's
-// leases (leased); and, once a window of at least one water-mark interval of the server's own clock
-// has passed, the rate of that sum over it, the highest of which is fleet_peak_per_s. It leaves
-// updated_us alone: processes of older releases set it (see checkCeiling).
+// paceSQL records what one process leased from a peer since its last write, one row per namespace
+// (see paceRow): its rate, the highest rate of one process (peak_per_s); the counter units added to
+// the peer's sum of every process's leases (leased); and, once a window of at least one water-mark
+// interval of the server's own clock has passed, the rate of that sum over it, the highest of which is
+// fleet_peak_per_s. It leaves updated_us alone: processes of older releases set it (see checkCeiling).
 //
 // The process's own water-mark interval raises interval_us: a repair's margin covers the longest.
 //
-// Parameters: namespace, offset, rate, now, span, span, interval; window, span, window, span, window,
-// span, rate, now, interval.
+// Parameters after the rows: window, window, window.
 const paceSQL = `INSERT INTO ticketd_lease_rates
 	(namespace, peer_offset, peak_per_s, updated_us, written_us, leased, window_leased, window_us, fleet_peak_per_s, interval_us)
-	VALUES (?, ?, ?, 0, ?, ?, ?, ` + serverUS + `, 0, ?) ON DUPLICATE KEY UPDATE
+	VALUES %s ON DUPLICATE KEY UPDATE
 	fleet_peak_per_s = IF(` + serverUS + ` - window_us >= ?,
-		GREATEST(fleet_peak_per_s, CAST(CAST(leased + ? - window_leased AS DECIMAL(30, 0)) * 1000000 / (` + serverUS + ` - window_us) AS SIGNED)),
+		GREATEST(fleet_peak_per_s, CAST(CAST(leased + VALUES(leased) - window_leased AS DECIMAL(30, 0)) * 1000000 / (` + serverUS + ` - window_us) AS SIGNED)),
 		fleet_peak_per_s),
-	window_leased = IF(` + serverUS + ` - window_us >= ?, leased + ?, window_leased),
+	window_leased = IF(` + serverUS + ` - window_us >= ?, leased + VALUES(leased), window_leased),
 	window_us = IF(` + serverUS + ` - window_us >= ?, ` + serverUS + `, window_us),
-	leased = leased + ?,
-	peak_per_s = GREATEST(peak_per_s, ?),
-	written_us = ?,
-	interval_us = GREATEST(interval_us, ?)`
+	leased = leased + VALUES(leased),
+	peak_per_s = GREATEST(peak_per_s, VALUES(peak_per_s)),
+	written_us = VALUES(written_us),
+	interval_us = GREATEST(interval_us, VALUES(interval_us))`
+
+// paceRow is one row of paceSQL. Parameters: namespace, offset, rate, now, span, span, interval.
+const paceRow = "(?, ?, ?, 0, ?, ?, ?, " + serverUS + ", 0, ?)"
+
+// markBatch is the most namespaces one statement writes: the background work of a process is one
+// statement of marks and one of lease rates per peer and water-mark interval for up to this many
+// namespaces leased from in the interval, however many it knows.
+const markBatch = 2000
+
+// batchSQL is stmt with n rows of row in place of its %s.
+func batchSQL(stmt, row string, n int) string {
+	return fmt.Sprintf(stmt, strings.TrimSuffix(strings.Repeat(row+", ", n), ", "))
+}
 
 // writeTo writes s's unwritten marks and what this process leased there into peer, within one
-// attempt's time: a peer that hangs holds up the writes to the others no longer than that. On a
-// Galera cluster the marks replicate, so writers (processes closing together, or one process writing
-// a server's marks to two nodes) meet on the same rows: a statement rolled back for that runs again
-// (see retryConflicts), and only that statement, since adding a process's leases twice would count
-// them twice.
+// attempt's time, markBatch namespaces to a statement: a peer that hangs holds up the writes to the
+// others no longer than that. On a Galera cluster the marks replicate, so writers (processes closing
+// together, or one process writing a server's marks to two nodes) meet on the same rows: a statement
+// rolled back for that runs again (see retryConflicts), and only that statement, since adding a
+// process's leases twice would count them twice.
 func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace map[string]failover.Pace, now time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	nowUS := now.UnixMicro()
-	for ns, m := range s.marks.Pending(peer.Name()) {
-		err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error {
-			_, err := peer.ctl.ExecContext(ctx, markSQL, ns, v.offset, m.Value, nowUS, m.Identity, m.Identity, m.Value, m.Identity, m.Value, nowUS)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("water mark of %s on %s: %w", s.Name(), peer.Name(), err)
+	pending := s.marks.Pending(peer.Name())
+	names := make([]string, 0, len(pending))
+	for ns := range pending {
+		names = append(names, ns)
+	}
+	sort.Strings(names) // rows locked in one order by every writer
+	for chunk := range slices.Chunk(names, markBatch) {
+		args := make([]any, 0, 5*len(chunk))
+		for _, ns := range chunk {
+			m := pending[ns]
+			args = append(args, ns, v.offset, m.Value, nowUS, m.Identity)
 		}
-		s.marks.Wrote(peer.Name(), ns, m.Value)
+		query := batchSQL(markSQL, markRow, len(chunk))
+		if err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
+			return fmt.Errorf("water marks of %s on %s: %w", s.Name(), peer.Name(), err)
+		}
+		for _, ns := range chunk {
+			s.marks.Wrote(peer.Name(), ns, pending[ns].Value)
+		}
 	}
 	window := p.cfg.WatermarkInterval.Microseconds()
+	names = names[:0]
 	for ns, pc := range pace {
-		if pc.Span <= 0 {
-			continue
+		if pc.Span > 0 {
+			names = append(names, ns)
 		}
-		err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error {
-			_, err := peer.ctl.ExecContext(ctx, paceSQL, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window,
-				window, pc.Span, window, pc.Span, window, pc.Span, pc.PerSecond, nowUS, window)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("lease rate of %s on %s: %w", s.Name(), peer.Name(), err)
+	}
+	sort.Strings(names)
+	for chunk := range slices.Chunk(names, markBatch) {
+		args := make([]any, 0, 7*len(chunk)+3)
+		for _, ns := range chunk {
+			pc := pace[ns]
+			args = append(args, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window)
+		}
+		args = append(args, window, window, window)
+		query := batchSQL(paceSQL, paceRow, len(chunk))
+		if err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
+			return fmt.Errorf("lease rates of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
 	}
 	return nil

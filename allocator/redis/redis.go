@@ -116,12 +116,12 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// redact hides the password of a redis:// URL.
+// redact hides the user name and password of an address: of a redis:// URL, and of an address
+// written without a scheme (:PASSWORD@host:port), which is no valid form but is given.
 func redact(addr string) string {
-	if i := strings.Index(addr, "://"); i >= 0 {
-		if j := strings.LastIndex(addr, "@"); j > i {
-			return addr[:i+3] + "…@" + addr[j+1:]
-		}
+	i := strings.Index(addr, "://")
+	if j := strings.LastIndex(addr, "@"); j > i {
+		return addr[:i+3] + "…@" + addr[j+1:]
 	}
 	return addr
 }
@@ -157,6 +157,10 @@ func clientOptions(addr string, cfg Config) (*goredis.Options, error) {
 		}
 		opt = o
 	} else {
+		if strings.Contains(addr, "@") {
+			return nil, fmt.Errorf("%w: redis: %s: an address with a user name or password takes the URL form, redis://[USER]:PASSWORD@HOST:PORT (not shown here)",
+				allocator.ErrInvalidConfig, redact(addr))
+		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("%w: redis: %q: want host:port or a redis:// URL: %w", allocator.ErrInvalidConfig, addr, err)
 		}

@@ -484,6 +484,24 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 		}
 		d.rows[k] = r
 		return result{n: 1}, nil
+	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks") && strings.Contains(q, "VALUES(server_identity)"):
+		// rows of namespace, offset, mark, now, identity
+		var n int64
+		for ; len(a) >= 5; a = a[5:] {
+			k := peerKey{str(a[0]), i64(a[1])}
+			m := d.marks[k]
+			if m == nil {
+				d.marks[k] = &mark{high: i64(a[2]), updatedUS: i64(a[3]), identity: str(a[4])}
+				n++
+				continue
+			}
+			if id := str(a[4]); id != "" && (i64(a[2]) > m.high || m.identity == "") {
+				m.identity = id
+			}
+			m.high, m.updatedUS = max(m.high, i64(a[2])), i64(a[3])
+			n += 2
+		}
+		return result{n: n}, nil
 	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks"):
 		k := peerKey{str(a[0]), i64(a[1])}
 		m := d.marks[k]
@@ -590,26 +608,44 @@ func (s *Server) pace(q string, a []driver.Value, nowUS int64) (driver.Result, e
 		r.peak, r.updatedUS = max(r.peak, i64(a[len(a)-2])), i64(a[len(a)-1])
 		return result{n: 2}, nil
 	}
-	// namespace, offset, rate, now, span, span, interval; window, span, window, span, window, span,
-	// rate, now, interval
+	if strings.Contains(q, "VALUES(leased)") {
+		// rows of namespace, offset, rate, now, span, span, interval; then window, window, window
+		win := a[len(a)-3:]
+		var n int64
+		for a = a[:len(a)-3]; len(a) >= 7; a = a[7:] {
+			res, _ := s.paceRow(a[:7], []driver.Value{win[0], a[4], win[1], a[4], win[2], a[4], a[2], a[3], a[6]}, nowUS)
+			m, _ := res.RowsAffected()
+			n += m
+		}
+		return result{n: n}, nil
+	}
+	return s.paceRow(a[:7], a[7:], nowUS)
+}
+
+// paceRow answers one row of the lease rates' write: the inserted row's values (namespace, offset,
+// rate, now, span, span, interval), then those of the update (window, span, window, span, window,
+// span, rate, now, interval).
+func (s *Server) paceRow(a, u []driver.Value, nowUS int64) (driver.Result, error) {
+	k := peerKey{str(a[0]), i64(a[1])}
+	r := s.data.rates[k]
 	if r == nil {
 		s.data.rates[k] = &rate{peak: i64(a[2]), writtenUS: i64(a[3]), leased: i64(a[4]), windowLeased: i64(a[5]),
 			windowUS: nowUS, intervalUS: i64(a[6])}
 		return result{n: 1}, nil
 	}
-	if nowUS-r.windowUS >= i64(a[7]) && nowUS > r.windowUS {
-		perS := int64(math.Round(float64(r.leased+i64(a[8])-r.windowLeased) * 1e6 / float64(nowUS-r.windowUS)))
+	if nowUS-r.windowUS >= i64(u[0]) && nowUS > r.windowUS {
+		perS := int64(math.Round(float64(r.leased+i64(u[1])-r.windowLeased) * 1e6 / float64(nowUS-r.windowUS)))
 		r.fleetPeak = max(r.fleetPeak, perS)
 	}
-	if nowUS-r.windowUS >= i64(a[9]) {
-		r.windowLeased = r.leased + i64(a[10])
+	if nowUS-r.windowUS >= i64(u[2]) {
+		r.windowLeased = r.leased + i64(u[3])
 	}
-	if nowUS-r.windowUS >= i64(a[11]) {
+	if nowUS-r.windowUS >= i64(u[4]) {
 		r.windowUS = nowUS
 	}
-	r.leased += i64(a[12])
-	r.peak = max(r.peak, i64(a[13]))
-	r.writtenUS = i64(a[14])
-	r.intervalUS = max(r.intervalUS, i64(a[15]))
+	r.leased += i64(u[5])
+	r.peak = max(r.peak, i64(u[6]))
+	r.writtenUS = i64(u[7])
+	r.intervalUS = max(r.intervalUS, i64(u[8]))
 	return result{n: 2}, nil
 }

@@ -14,6 +14,7 @@ replace github.com/ticketd/ticketd/bench => ../../bench
 replace github.com/ticketd/ticketd/chaos => ../../chaos
 
 require (
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/ticketd/ticketd v0.0.0-00010101000000-000000000000
 	github.com/ticketd/ticketd/bench v0.0.0-00010101000000-000000000000
 	github.com/ticketd/ticketd/chaos v0.0.0-00010101000000-000000000000
@@ -31,7 +32,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bwmarrin/snowflake v0.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect

@@ -62,7 +62,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 // a benchmark or the chaos run at the servers that hold real IDs.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	m.name = "bench"
-	if len(args) > 0 && (args[0] == "chaos" || args[0] == "sim") {
+	if len(args) > 0 && (args[0] == "chaos" || args[0] == "scale" || args[0] == "sim") {
 		m.name, args = args[0], args[1:]
 	}
 	info := commands[m.name]
@@ -110,10 +110,11 @@ func (m *Main) helpName() string {
 func (m *Main) help(fs *flag.FlagSet, info commandInfo) {
 	fmt.Fprintf(m.Stderr, "usage: %s\n\n%s\n", info.usage, info.summary)
 	if m.name == "bench" {
-		chaos, sim := commands["chaos"], commands["sim"]
-		fmt.Fprintf(m.Stderr, "\nCommands:\n  %-18s %s\n  %-18s %s\n\nRun `ticketd-bench chaos --help` or `ticketd-bench sim --help` for their flags.\n",
-			"chaos", strings.TrimSpace(strings.SplitAfter(chaos.summary, ". ")[0]),
-			"sim", strings.TrimSpace(strings.SplitAfter(sim.summary, ". ")[0]))
+		fmt.Fprintf(m.Stderr, "\nCommands:\n")
+		for _, name := range []string{"chaos", "scale", "sim"} {
+			fmt.Fprintf(m.Stderr, "  %-18s %s\n", name, strings.TrimSpace(strings.SplitAfter(commands[name].summary, ". ")[0]))
+		}
+		fmt.Fprintf(m.Stderr, "\nRun `ticketd-bench chaos --help`, `ticketd-bench scale --help` or `ticketd-bench sim --help` for their flags.\n")
 	}
 	cliflag.PrintFlags(m.Stderr, fs, false)
 }

@@ -30,6 +30,9 @@ func TestSecretsStayOutOfErrors(t *testing.T) {
 		{"a Redis URL with a bad port", nil, []string{"lease", "x", "--redis", "redis://tkd:SECRET-pw-one@host:notaport/0"}, "SECRET-pw-one"},
 		{"a Redis URL with a bad escape in the password", nil, []string{"lease", "x", "--redis", "redis://tkd:pw%zzSECRETtwo@host:1/0"}, "SECRETtwo"},
 		{"a Redis URL with a bad host", map[string]string{"TICKETD_REDIS": "rediss://:SECRET-pw-three@[::1"}, []string{"namespace", "create", "x"}, "SECRET-pw-three"},
+		{"a Redis password without a scheme", nil, []string{"lease", "x", "--redis", ":SECRET-pw-seven@127.0.0.1:6379"}, "SECRET-pw-seven"},
+		{"a Redis user and password without a scheme", map[string]string{"TICKETD_REDIS": "tkd:SECRET-pw-eight@127.0.0.1:1"}, []string{"doctor"}, "SECRET-pw-eight"},
+		{"a Redis password without a scheme or colon", nil, []string{"lease", "x", "--redis", "SECRET-pw-nine@127.0.0.1:1"}, "SECRET-pw-nine"},
 		{"a Redis URL to serve", map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}, []string{"serve", "--redis", "redis://tkd:SECRET-pw-four@host:notaport/0"}, "SECRET-pw-four"},
 		{"a MySQL DSN with a bad port", nil, []string{"lease", "x", "--lease-timeout", "1s", "--attempt-timeout", "500ms", "--mysql", "tkd:SECRET-pw-five@tcp(127.0.0.1:notaport)/db"}, "SECRET-pw-five"},
 		{"a MySQL DSN with a bad parameter", nil, []string{"doctor", "--mysql", "tkd:SECRET-pw-six@tcp(127.0.0.1:1)/db?timeout=soon"}, "SECRET-pw-six"},
@@ -85,15 +88,15 @@ func TestNoAuthOnAPublicAddress(t *testing.T) {
 	}
 }
 
-// TestTokenFileMustBePrivate: a token file that other users may read is refused, with the chmod that
-// fixes it.
+// TestTokenFileMustBePrivate: a token file that other users may read or change (any group or other
+// permission), or that another user owns, is refused with the chmod or chown that fixes it.
 func TestTokenFileMustBePrivate(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(f, []byte("orders="+e2eToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []os.FileMode{0o644, 0o604, 0o602} {
+	for _, mode := range []os.FileMode{0o644, 0o604, 0o602, 0o640, 0o660, 0o620} {
 		if err := os.Chmod(f, mode); err != nil {
 			t.Fatal(err)
 		}
@@ -103,11 +106,66 @@ func TestTokenFileMustBePrivate(t *testing.T) {
 			t.Errorf("token file of mode %04o: exit %d %q", mode, code, errOut)
 		}
 	}
-	if err := os.Chmod(f, 0o640); err != nil {
+	if err := os.Chmod(f, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 { // only root can give a file away
+		if err := os.Chown(f, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code := run(t, nil, "serve", "--data-dir", dir, "--token-file", f, "--tls-cert", f+".pem", "--tls-key", f+".pem", "--listen", "127.0.0.1:0")
+		if code != 2 || !strings.Contains(errOut, "belongs to user 65534") || !strings.Contains(errOut, "chown 0 ") {
+			t.Errorf("a token file of another user: exit %d %q", code, errOut)
+		}
+		if err := os.Chown(f, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(f, 0o400); err != nil {
 		t.Fatal(err)
 	}
 	p := startServe(t, nil, "--data-dir", dir, "--token-file", f)
 	mustCall(t, 404, "GET", p.URL+"/v1/namespaces/orders", e2eToken, "")
+}
+
+// TestTLSKeyMustBePrivate: a TLS key that other users may read, or that another user owns, is refused
+// with the chmod or chown that fixes it; a private one passes the check.
+func TestTLSKeyMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for _, p := range []string{cert, key} {
+		if err := os.WriteFile(p, []byte("-----BEGIN NOTHING-----\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"TICKETD_ADMIN_TOKEN": e2eAdmin}
+	args := []string{"serve", "--data-dir", dir, "--tls-cert", cert, "--tls-key", key, "--listen", "127.0.0.1:0"}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+		if err := os.Chmod(key, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := run(t, env, args...); code != 2 || !strings.Contains(errOut, "--tls-key") || !strings.Contains(errOut, "chmod 600") {
+			t.Errorf("a TLS key of mode %04o: exit %d %q", mode, code, errOut)
+		}
+	}
+	if err := os.Chmod(key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(key, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := run(t, env, args...); code != 2 || !strings.Contains(errOut, "belongs to user 65534") {
+			t.Errorf("a TLS key of another user: exit %d %q", code, errOut)
+		}
+		if err := os.Chown(key, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A private key passes the check; this one is no key, which the TLS setup then says.
+	if _, errOut, code := run(t, env, args...); code == 0 || strings.Contains(errOut, "chmod") || strings.Contains(errOut, "chown") {
+		t.Errorf("a private TLS key: exit %d %q", code, errOut)
+	}
 }
 
 // TestMetricsOnTheirOwnAddress: /metrics on the API address needs the admin or the metrics token;

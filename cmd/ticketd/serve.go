@@ -38,7 +38,7 @@ type serveCmd struct {
 	readHeaderTimeout, readTimeout, writeTimeout, idleTime time.Duration
 	shutdownTimeout                                        time.Duration
 	cache                                                  bool
-	cacheTarget                                            time.Duration
+	cacheTarget, cacheIdle                                 time.Duration
 	cacheMin, cacheMax                                     int64
 	rateLimit                                              float64
 	rateBurst                                              int
@@ -88,6 +88,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	fs.BoolVar(&c.cache, "cache", true, "serve blocks from segments leased ahead (set --cache=false to lease every block from the ticket servers)")
 	fs.DurationVar(&c.cacheTarget, "cache-target", 10*time.Second, "how long a cached segment should last; its size adapts to the rate")
+	fs.DurationVar(&c.cacheIdle, "cache-idle", 10*time.Minute, "how long a namespace's cache is kept after its last request; then its segments are dropped (a gap) and its memory freed")
 	fs.Var(cliflag.Int64(&c.cacheMin, 1, allocator.MaxBlockSizeLimit), "cache-min", "smallest cached segment, in `IDS` (default 10000)")
 	fs.Var(cliflag.Int64(&c.cacheMax, 1, allocator.MaxBlockSizeLimit), "cache-max", "largest cached segment, in `IDS`, also bounded by the namespace's max_block_size (default 16777216)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 0, "requests per second per token (per client address with --no-auth) on the routes that take a token, /v1 and the status page /; 0 means no limit")
@@ -120,14 +121,14 @@ func (c *serveCmd) auth() (server.Auth, error) {
 		}
 		a.Tokens = append(a.Tokens, ts...)
 	}
-	if c.noAuth && !isLoopback(c.listen) && !c.publicNoAuth {
+	if c.noAuth && !clientip.LoopbackListen(c.listen) && !c.publicNoAuth {
 		return a, usagef("--no-auth on %s, which is not a loopback address: anyone who reaches it could lease IDs and move counters; configure a token, listen on 127.0.0.1, or, knowingly, add --insecure-public-no-auth", c.listen)
 	}
 	if c.publicNoAuth && !c.noAuth {
 		return a, usagef("--insecure-public-no-auth goes with --no-auth only")
 	}
 	a.AnyHost = c.publicNoAuth
-	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && isLoopback(c.listen) {
+	if !c.noAuth && a.Admin == "" && len(a.Tokens) == 0 && c.kind() == "embedded" && clientip.LoopbackListen(c.listen) {
 		// Local development out of the box: `ticketd serve` with no database and no token answers on
 		// loopback only, and says so in its log. With a ticket server, or on any other address, a token
 		// (or an explicit --no-auth) is required.
@@ -154,7 +155,7 @@ func (c *serveCmd) validate() error {
 		return usagef("--write-timeout %s must be longer than --lease-timeout %s, or slow leases would be cut off", c.writeTimeout, c.timeout)
 	}
 	for name, d := range map[string]time.Duration{"read-header-timeout": c.readHeaderTimeout, "read-timeout": c.readTimeout,
-		"idle-timeout": c.idleTime, "shutdown-timeout": c.shutdownTimeout, "cache-target": c.cacheTarget} {
+		"idle-timeout": c.idleTime, "shutdown-timeout": c.shutdownTimeout, "cache-target": c.cacheTarget, "cache-idle": c.cacheIdle} {
 		if d <= 0 {
 			return usagef("--%s %s must be positive", name, d)
 		}
@@ -183,7 +184,7 @@ func (c *serveCmd) validate() error {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
 			return usagef("--metrics-listen %q is not an address to listen on: want HOST:PORT, like 127.0.0.1:9090", c.metricsListen)
 		}
-		if !isLoopback(c.metricsListen) && !c.metricsPublic {
+		if !clientip.LoopbackListen(c.metricsListen) && !c.metricsPublic {
 			return usagef("--metrics-listen %s is not a loopback address: anyone who reaches it would read every namespace's metrics without a token; "+
 				"listen on 127.0.0.1, let Prometheus send --metrics-token to the API address, or, for a network only the scraper reaches, add --metrics-listen-public", c.metricsListen)
 		}
@@ -193,14 +194,34 @@ func (c *serveCmd) validate() error {
 	return nil
 }
 
-// privateFile refuses a file of secrets that other users of the machine may read or write.
+// privateFile refuses a file of secrets that another user of the machine may read or change: one
+// whose mode gives the group or others any permission, or whose owner is neither the user ticketd runs
+// as nor root (its owner could change it).
 func privateFile(f *os.File) error {
 	st, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return fmt.Errorf("its mode %04o lets every user of this machine read it; make it private: chmod 600 %s", perm, f.Name())
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("its mode %04o lets other users of this machine read or change it; make it private: chmod 600 %s", perm, f.Name())
+	}
+	if owner, ok := fileOwner(st); ok {
+		if uid := os.Geteuid(); owner != uid && owner != 0 {
+			return fmt.Errorf("it belongs to user %d, who could change it, not to the user ticketd runs as (%d): chown %d %s", owner, uid, uid, f.Name())
+		}
+	}
+	return nil
+}
+
+// checkSecretFile opens the secret file of a flag and refuses it unless it is private (privateFile).
+func checkSecretFile(flagName, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return usagef("%s: %v", flagName, err)
+	}
+	defer f.Close()
+	if err := privateFile(f); err != nil {
+		return usagef("%s %s: %v", flagName, path, err)
 	}
 	return nil
 }
@@ -226,18 +247,6 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	c.writes = true
 	if len(args) != 0 {
@@ -254,6 +263,11 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
+	if c.tlsKey != "" {
+		if err := checkSecretFile("--tls-key", c.tlsKey); err != nil {
+			return err
+		}
+	}
 	logger := slog.New(slog.NewJSONHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
 	metrics := server.NewMetrics()
 	backend, err := c.open(ctx, m, logger, metrics)
@@ -267,7 +281,7 @@ func (c *serveCmd) run(ctx context.Context, m *Main, args []string) error {
 		Backend: backend, Auth: auth, CreateOnLease: c.createOnLease(), Logger: logger, Metrics: metrics,
 		AccessLog: c.accessLog, RateLimit: c.rateLimit, RateBurst: c.rateBurst, MaxConns: c.maxConns,
 		TrustedProxies:    c.trustedProxies,
-		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax},
+		Cache:             server.CacheConfig{Disabled: !c.cache, Target: c.cacheTarget, MinSegment: c.cacheMin, MaxSegment: c.cacheMax, IdleAfter: c.cacheIdle},
 		ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		IdleTimeout: c.idleTime, ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
 	})

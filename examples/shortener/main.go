@@ -35,6 +35,7 @@ import (
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/examples/shortener/links"
+	"github.com/ticketd/ticketd/internal/clientip"
 )
 
 func main() {
@@ -57,8 +58,15 @@ type options struct {
 	scrambleKey                       string
 	dev                               bool
 	createToken                       string
+	openCreation                      bool
 	createRate                        float64
 	createBurst                       int
+	createQuota                       int64
+	createQuotaWindow                 time.Duration
+	linkTTL                           time.Duration
+	missRate                          float64
+	missBurst                         int
+	trustedProxy                      string
 	maxLinks                          int64
 	codeLength                        int
 	adminToken                        string
@@ -81,9 +89,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.scramble, "scramble", true, "scramble IDs into codes, so that nobody can list the links by counting (--scramble=false only with --dev)")
 	fs.StringVar(&o.scrambleKey, "scramble-key", "", "secret `KEY` of the scramble, at least 32 characters (openssl rand -hex 32); required unless --dev; never change it once links exist")
 	fs.BoolVar(&o.dev, "dev", false, "development: run without --scramble-key (a random key of this run) and --base-url (short URLs from the request's Host), and allow --scramble=false")
-	fs.StringVar(&o.createToken, "create-token", "", "bearer `TOKEN` that creating a link requires (default: anyone may)")
+	fs.StringVar(&o.createToken, "create-token", "", "bearer `TOKEN` that creating a link requires (openssl rand -hex 32); required on an address that is not loopback, unless --open-creation")
+	fs.BoolVar(&o.openCreation, "open-creation", false, "let anyone who reaches an address that is not loopback create links without --create-token (the quotas, the rate and --max-links still apply)")
 	fs.Float64Var(&o.createRate, "create-rate", 1, "links a second one client address may create; 0: no limit")
 	fs.IntVar(&o.createBurst, "create-burst", 20, "links one client address may create at once above --create-rate")
+	fs.Int64Var(&o.createQuota, "create-quota", 100, "links one client address may create per --create-quota-window, counted in Redis; 0: no quota")
+	fs.DurationVar(&o.createQuotaWindow, "create-quota-window", 24*time.Hour, "the window of --create-quota")
+	fs.DurationVar(&o.linkTTL, "link-ttl", 0, "how long a link lives, e.g. 720h; expired links no longer count against --max-links; 0: forever")
+	fs.Float64Var(&o.missRate, "miss-rate", 1, "lookups of unknown codes a second one client address may make; past it every lookup from there is answered 429; 0: no limit")
+	fs.IntVar(&o.missBurst, "miss-burst", 30, "lookups of unknown codes one client address may make at once above --miss-rate")
+	fs.StringVar(&o.trustedProxy, "trusted-proxy", "", "`CIDRS` of the proxies in front (comma-separated): their X-Forwarded-For names the client for the per-address limits; empty: never")
 	fs.Int64Var(&o.maxLinks, "max-links", 0, "most links the service holds; past it creating one answers 507 (0: no cap)")
 	fs.IntVar(&o.codeLength, "code-length", links.MaxCodeLen, fmt.Sprintf("longest code, %d to %d characters: link IDs stop at 62^N-1, the namespace's max_id in ticketd; choose it before the first link", links.MinCodeLen, links.MaxCodeLen))
 	fs.StringVar(&o.adminToken, "admin-token", "", "ticketd admin `TOKEN`, used once at start to set the namespace's max_id for --code-length (created if missing); without it, the namespace's max_id must already fit")
@@ -149,9 +164,16 @@ func open(ctx context.Context, o options, logger *slog.Logger) (*links.Service, 
 		_ = rdb.Close()
 		return nil, nil, err
 	}
+	proxies, err := clientip.ParsePrefixes(o.trustedProxy)
+	if err != nil {
+		_ = ids.Close()
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("--trusted-proxy: %w", err)
+	}
 	svc, err := links.New(links.Config{IDs: ids, Redis: rdb, KeyPrefix: o.keyPrefix, BaseURL: o.baseURL, CodeLength: o.codeLength,
 		NoScramble: !o.scramble, ScrambleKey: o.scrambleKey, Development: o.dev, CreateToken: o.createToken,
-		CreateRate: o.createRate, CreateBurst: o.createBurst, MaxLinks: o.maxLinks, Logger: logger})
+		CreateRate: o.createRate, CreateBurst: o.createBurst, CreateQuota: o.createQuota, CreateQuotaWindow: o.createQuotaWindow,
+		LinkTTL: o.linkTTL, MissRate: o.missRate, MissBurst: o.missBurst, TrustedProxies: proxies, MaxLinks: o.maxLinks, Logger: logger})
 	if err != nil {
 		_ = ids.Close()
 		_ = rdb.Close()
@@ -179,6 +201,18 @@ func checkSecrets(o options) error {
 		if err := api.CheckToken(o.createToken); err != nil {
 			return fmt.Errorf("the creation token (--create-token or $SHORTENER_CREATE_TOKEN): %w", err)
 		}
+	} else if !clientip.LoopbackListen(o.listen) && !o.openCreation {
+		return fmt.Errorf("--listen %s is not a loopback address, and there is no creation token: anyone who reaches it could create links until --max-links stops everyone; "+
+			"give $SHORTENER_CREATE_TOKEN (openssl rand -hex 32), or, if anyone may create links, --open-creation", o.listen)
+	}
+	if o.openCreation && o.createToken != "" {
+		return errors.New("--open-creation and --create-token both given: creating links either needs the token or is open; choose one")
+	}
+	if _, err := clientip.ParsePrefixes(o.trustedProxy); err != nil {
+		return fmt.Errorf("--trusted-proxy: %w; give the proxies' addresses or networks, comma-separated", err)
+	}
+	if o.createQuota < 0 || o.createQuotaWindow <= 0 || o.linkTTL < 0 || (o.linkTTL > 0 && o.linkTTL < time.Second) || o.missRate < 0 || o.missBurst < 0 {
+		return errors.New("--create-quota, --link-ttl (0 or at least 1s), --miss-rate and --miss-burst must not be negative, and --create-quota-window must be positive")
 	}
 	if o.dev {
 		return nil
@@ -187,7 +221,7 @@ func checkSecrets(o options) error {
 	case !o.scramble:
 		return errors.New("--scramble=false makes codes the IDs in order, so anyone can list every link; it is for --dev only")
 	case o.scrambleKey == "":
-		return errors.New("no scramble key: give $SHORTENER_SCRAMBLE_KEY (or --scramble-key), a secret of at least 32 characters (openssl rand -hex 32); without one anyone could list every link by encoding 1, 2, 3, … (--dev runs with a random key of its own)")
+		return errors.New("no scramble key: give $SHORTENER_SCRAMBLE_KEY (or --scramble-key), 32 random bytes in hex or base64 (openssl rand -hex 32); without one anyone could list every link by encoding 1, 2, 3, … (--dev runs with a random key of its own)")
 	case o.baseURL == "":
 		return errors.New("no base URL: give --base-url (or $SHORTENER_BASE_URL), the one short URLs start with, e.g. https://sho.rt; only with --dev are they built from the Host a client sends")
 	}
@@ -302,6 +336,8 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// redisOptions reads --redis. Its errors never quote the value: it may hold a password, in a URL or
+// written without a scheme (:PASSWORD@host:port).
 func redisOptions(addr string) (*goredis.Options, error) {
 	if strings.Contains(addr, "://") {
 		o, err := goredis.ParseURL(addr)
@@ -310,8 +346,11 @@ func redisOptions(addr string) (*goredis.Options, error) {
 		}
 		return o, nil
 	}
+	if strings.Contains(addr, "@") {
+		return nil, errors.New("--redis: an address with '@' looks like it holds a password (not shown); write it as redis://:PASSWORD@host:port")
+	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("--redis %q must be host:port or a redis:// URL", addr)
+		return nil, errors.New("--redis must be host:port or a redis:// URL")
 	}
 	return &goredis.Options{Addr: addr}, nil
 }
@@ -371,6 +410,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	err = srv.Shutdown(shutdownCtx)
 	st := svc.Stats()
 	logger.Info("stopped", "links_created", st.Created, "redirects", st.Redirects, "refused", st.Refused,
-		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_cap", st.OverCap, "codes_exhausted", st.Exhausted, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
+		"unauthorized", st.Unauthorized, "rate_limited", st.RateLimited, "over_quota", st.OverQuota, "miss_limited", st.MissLimited, "over_cap", st.OverCap, "codes_exhausted", st.Exhausted, "failed", st.Failed, "blocks_leased", st.IDs.Refills, "blocks_per_1000_links", st.BlocksPer1000Links())
 	return err
 }

@@ -19,7 +19,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/examples/shortener/links"
 	"github.com/ticketd/ticketd/internal/testenv"
 	"github.com/ticketd/ticketd/internal/testservers"
@@ -34,7 +33,7 @@ const (
 	linksToken = "e2e-links-token-0123456789"
 	otherToken = "e2e-other-token-0123456789" // namespace other's: ticketd accepts it, not for links
 	// e2eScrambleKey is the scramble key of the shortener under test.
-	e2eScrambleKey = "9d41c07be25a6f83d10e4b7c92f5a368"
+	e2eScrambleKey = "9d41c07be25a6f83d10e4b7c92f5a3686c1e0f4a9b27d5e3c8f0a61b4d7e9c25"
 )
 
 // startTicketd migrates the harness pair's fresh databases, runs `ticketd serve` on them with an admin
@@ -99,7 +98,8 @@ type link struct {
 	id                  int64
 }
 
-func createLink(base, url string) (link, error) {
+// createLink creates a link of url; its ID is what codec decodes its code to (the API shows none).
+func createLink(base, url string, codec *links.Codec) (link, error) {
 	resp, body, err := call("POST", base+"/api/links", fmt.Sprintf(`{"url":%q}`, url))
 	if err != nil {
 		return link{}, err
@@ -107,15 +107,14 @@ func createLink(base, url string) (link, error) {
 	var l struct {
 		Code     string `json:"code"`
 		ShortURL string `json:"short_url"`
-		ID       string `json:"id"`
 		URL      string `json:"url"`
 	}
 	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &l) != nil {
 		return link{}, fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, body)
 	}
-	id, err := api.ParseID(l.ID)
-	if err != nil || l.URL != url {
-		return link{}, fmt.Errorf("POST %s: %s", url, body)
+	id, err := codec.Decode(l.Code)
+	if err != nil || l.URL != url || strings.Contains(string(body), `"id"`) {
+		return link{}, fmt.Errorf("POST %s: %s (%v)", url, body, err)
 	}
 	return link{url: url, code: l.Code, shortURL: l.ShortURL, id: id}, nil
 }
@@ -158,9 +157,10 @@ func TestEndToEnd(t *testing.T) {
 	svc, srv := serveShortener(t, opts)
 
 	const linkCount, clients = 10_000, 32
+	codec := links.NewCodec(e2eScrambleKey)
 	made := make([]link, linkCount)
 	err := parallel(clients, linkCount, func(i int) error {
-		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/e2e/%d?q=%d", i, i*7))
+		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/e2e/%d?q=%d", i, i*7), codec)
 		made[i] = l
 		return err
 	})
@@ -168,7 +168,6 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	codec := links.NewCodec(e2eScrambleKey)
 	codes, ids := map[string]int{}, map[int64]int{}
 	for i, l := range made {
 		if j, dup := codes[l.code]; dup {
@@ -210,12 +209,12 @@ func TestEndToEnd(t *testing.T) {
 			return err
 		}
 		var got struct {
-			ID, URL string
-			Hits    int
+			URL  string
+			Hits int
 		}
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil ||
-			got.ID != fmt.Sprint(made[i].id) || got.URL != made[i].url || got.Hits != hits(i) {
-			return fmt.Errorf("GET /api/links/%s: %d %s; want id %d, url %s, %d hits", made[i].code, resp.StatusCode, body, made[i].id, made[i].url, hits(i))
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || strings.Contains(string(body), `"id"`) ||
+			got.URL != made[i].url || got.Hits != hits(i) {
+			return fmt.Errorf("GET /api/links/%s: %d %s; want url %s, %d hits and no id", made[i].code, resp.StatusCode, body, made[i].url, hits(i))
 		}
 		return nil
 	})
@@ -258,7 +257,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("the client holds no IDs after the run: %+v", svc.Stats().IDs)
 	}
 	for i := range min(cached, 100) {
-		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/after/%d", i))
+		l, err := createLink(srv.URL, fmt.Sprintf("https://example.com/after/%d", i), codec)
 		if err != nil {
 			t.Fatalf("link %d of the %d IDs cached, with ticketd down: %v", i, cached, err)
 		}
@@ -327,7 +326,7 @@ func TestShortCodesEndToEnd(t *testing.T) {
 	made := make([]link, links)
 	if err := parallel(16, links, func(i int) error {
 		var err error
-		made[i], err = createLink(srv.URL, fmt.Sprintf("https://example.com/short/%d", i))
+		made[i], err = createLink(srv.URL, fmt.Sprintf("https://example.com/short/%d", i), codec)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -352,11 +351,11 @@ func TestShortCodesEndToEnd(t *testing.T) {
 		case err != nil:
 			t.Fatal(err)
 		case resp.StatusCode == http.StatusCreated:
-			var l struct{ Code, ID string }
+			var l struct{ Code string }
 			if err := json.Unmarshal(body, &l); err != nil {
 				t.Fatal(err)
 			}
-			id, _ := api.ParseID(l.ID)
+			id, _ := codec.Decode(l.Code)
 			check(link{code: l.Code, id: id})
 		default:
 			refusal = body
@@ -400,7 +399,7 @@ func testCommand(t *testing.T, ticketd, redisAddr string) {
 		cancel()
 		t.Fatalf("the command did not listen within 30s:\n%s", log)
 	}
-	l, err := createLink(base, "https://example.com/from-the-command")
+	l, err := createLink(base, "https://example.com/from-the-command", links.NewCodec(e2eScrambleKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +482,8 @@ func TestFlags(t *testing.T) {
 	}
 	want := options{listen: "127.0.0.1:1234", ticketd: "http://127.0.0.1:8080", token: "tok", namespace: "short", redis: "r:6379",
 		keyPrefix: links.DefaultKeyPrefix, baseURL: "https://env.example", scramble: false, shutdownTimeout: 10 * time.Second, logLevel: "info",
-		createRate: 1, createBurst: 20, codeLength: links.MaxCodeLen}
+		createRate: 1, createBurst: 20, codeLength: links.MaxCodeLen, createQuota: 100, createQuotaWindow: 24 * time.Hour,
+		missRate: 1, missBurst: 30}
 	if o != want {
 		t.Fatalf("got  %+v\nwant %+v", o, want)
 	}
@@ -507,7 +507,7 @@ func TestFlags(t *testing.T) {
 		!strings.Contains(help.String(), "$SHORTENER_BASE_URL") {
 		t.Errorf("--help: %v\n%s", err, help.String())
 	}
-	for _, bad := range []string{"no-port", "redis://user:secret@[::1", "http://x:6379"} {
+	for _, bad := range []string{"no-port", "redis://user:secret@[::1", "http://x:6379", ":secret@127.0.0.1:6379", "user:secret@redis:6379", "secret@redis"} {
 		if _, err := redisOptions(bad); err == nil || strings.Contains(err.Error(), "secret") {
 			t.Errorf("redisOptions(%q): %v", bad, err)
 		}
@@ -535,7 +535,7 @@ func TestComposeCommand(t *testing.T) {
 	if !ok {
 		t.Fatal("docker-compose.yml has no shortener service")
 	}
-	for _, k := range []string{"SHORTENER_TOKEN", "SHORTENER_SCRAMBLE_KEY"} {
+	for _, k := range []string{"SHORTENER_TOKEN", "SHORTENER_SCRAMBLE_KEY", "SHORTENER_CREATE_TOKEN"} {
 		if _, ok := s.Environment[k]; !ok {
 			t.Errorf("the shortener service does not get %s", k)
 		}
@@ -546,6 +546,8 @@ func TestComposeCommand(t *testing.T) {
 			return "from-compose"
 		case "SHORTENER_SCRAMBLE_KEY":
 			return e2eScrambleKey
+		case "SHORTENER_CREATE_TOKEN":
+			return "c81f04a9e27b5d36f0a94e1b72c85d3e"
 		}
 		return ""
 	}, io.Discard)
@@ -553,7 +555,7 @@ func TestComposeCommand(t *testing.T) {
 		t.Fatalf("compose command %v: %v", s.Command, err)
 	}
 	if o.listen != "0.0.0.0:8081" || o.ticketd != "http://ticketd:8080" || o.redis != "redis:6379" || o.token != "from-compose" ||
-		o.namespace != "links" || o.baseURL == "" || o.scrambleKey != e2eScrambleKey || o.maxLinks <= 0 {
+		o.namespace != "links" || o.baseURL == "" || o.scrambleKey != e2eScrambleKey || o.maxLinks <= 0 || o.createToken == "" {
 		t.Fatalf("compose command %v gives %+v", s.Command, o)
 	}
 	if err := checkSecrets(o); err != nil {
@@ -599,7 +601,9 @@ func TestSecretsCheckedBeforeConnecting(t *testing.T) {
 	}{
 		"no key":          {[]string{"--base-url", "https://sho.rt"}, nil, "no scramble key"},
 		"a short key":     {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": "short-secret-key"}, "at least 32"},
-		"a repeated key":  {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": strings.Repeat("secret-0", 5)}, "repeated"},
+		"a repeated key":  {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": strings.Repeat("5ecre70a", 8)}, "repeated"},
+		"a passphrase":    {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": "correct horse battery staple, twice over"}, "not a passphrase"},
+		"16 bytes":        {[]string{"--base-url", "https://sho.rt"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": "9d41c07be25a6f83d10e4b7c92f5a368"}, "holds 16 bytes"},
 		"no scramble":     {[]string{"--base-url", "https://sho.rt", "--scramble=false"}, nil, "for --dev only"},
 		"no base URL":     {nil, map[string]string{"SHORTENER_SCRAMBLE_KEY": e2eScrambleKey}, "no base URL"},
 		"weak create tok": {[]string{"--base-url", "https://sho.rt", "--create-token", "aaaaaaaaaaaaaaaaaaaa"}, map[string]string{"SHORTENER_SCRAMBLE_KEY": e2eScrambleKey}, "creation token"},
@@ -609,7 +613,7 @@ func TestSecretsCheckedBeforeConnecting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "redis") {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
-		for _, secret := range []string{"short-secret-key", "secret-0secret-0", "aaaaaaaaaaaa"} {
+		for _, secret := range []string{"short-secret-key", "5ecre70a5ecre70a", "aaaaaaaaaaaa", "horse battery", "9d41c07be25a"} {
 			if err != nil && strings.Contains(err.Error()+log.String(), secret) {
 				t.Errorf("%s: a secret is in the error or the log: %v", name, err)
 			}

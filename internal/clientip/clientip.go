@@ -65,3 +65,17 @@ func Key(addr string) string {
 	p, _ := a.WithZone("").Prefix(64)
 	return p.String()
 }
+
+// LoopbackListen reports whether a listen address (HOST:PORT) is reachable from this machine only:
+// localhost or a loopback address. An empty host (":8080") listens on every interface.
+func LoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

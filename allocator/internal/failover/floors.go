@@ -174,13 +174,18 @@ func RepairMargin(p Peaks, interval time.Duration, maxBlock, step int64) (int64,
 }
 
 // RepairTarget is the counter a repair moves a server (of step and offset) to: the first value at or
-// above base plus margin, but no further than just past maxID, the namespace's ceiling. clamped says
-// that the margin reached the ceiling: the server then has nothing left to issue safely, since any
-// ID below the ceiling may have been issued after the last water mark.
+// above base plus margin, but no further than just past maxID, the namespace's ceiling (and above
+// base). clamped says that the margin reached the ceiling: the server then has nothing left to issue
+// safely, since any ID below the ceiling may have been issued after the last water mark.
 func RepairTarget(base, margin, step, offset, maxID int64) (target int64, clamped bool) {
 	top := min(maxID, math.MaxInt64-step) // the highest ID a lease may end at: the counter stays an int64
 	if base > top || margin > top-base {
 		past, _ := FirstAtLeast(top+1, step, offset) // top+1+step-1 ≤ MaxInt64
+		// Above base all the same: a repair's mark must pass the marks it answers (one taken on the
+		// server this one replaced, say), and past the ceiling a step more costs nothing.
+		if above, ok := FirstAtLeast(base+1, step, offset); ok && base < math.MaxInt64 {
+			past = max(past, above)
+		}
 		return max(past, base), true
 	}
 	target, _ = FirstAtLeast(base+margin, step, offset)

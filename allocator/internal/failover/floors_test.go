@@ -16,7 +16,9 @@ func TestRepairTarget(t *testing.T) {
 		{"rounded to the offset", 8, 101, 2, 2, 1_000_000, 110, false},
 		{"margin past the ceiling", 8, 20_000_000, 2, 2, 1_000_000, 1_000_002, true},
 		{"odd server past the ceiling", 7, 20_000_000, 2, 1, 1_000_000, 1_000_001, true},
-		{"already past the ceiling", 1_000_004, 10, 2, 2, 1_000_000, 1_000_004, true},
+		{"already past the ceiling", 1_000_004, 10, 2, 2, 1_000_000, 1_000_006, true},
+		{"at the ceiling's first counter", 1_000_002, 10, 2, 2, 1_000_000, 1_000_004, true},
+		{"at the end of the space", math.MaxInt64 - 1, 10, 2, 2, math.MaxInt64, math.MaxInt64 - 1, true},
 		{"the default ceiling", math.MaxInt64 - 10, math.MaxInt64 / 4, 2, 2, math.MaxInt64, math.MaxInt64 - 1, true},
 		{"exactly to the ceiling", 0, 1000, 1, 1, 1000, 1000, false},
 	} {

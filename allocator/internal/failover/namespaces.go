@@ -241,8 +241,10 @@ func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States)
 	return ns, nil
 }
 
-// ReadSettings returns a namespace's latest settings as Latest reads them, without any server's state,
-// and keeps them as the copy leases use (see Settings): one read serves both.
+// ReadSettings returns a namespace's settings without any server's state: the copy leases use (see
+// Settings), read alone the first time and then with every other namespace's once it is SettingsTTL
+// old, so that a caller refreshing many namespaces' settings (the segment cache) costs the servers a
+// read per SettingsTTL, not one per namespace.
 func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.Namespace, error) {
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
@@ -252,12 +254,10 @@ func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	now := set.cfg.Now()
-	r, err := set.Latest(ctx, name)
+	r, err := set.Settings(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	set.keep(name, r, now)
 	return r.Namespace(), nil
 }
 
@@ -325,7 +325,12 @@ const slowSettings = 50 * time.Millisecond
 
 // Settings returns a namespace's settings as Latest reads them, cached for SettingsTTL. When no server
 // answers, settings read before are good enough; so they are while a refresh is slow (see
-// slowSettings): one refresh at a time goes on in the background, and leases go on with the last copy.
+// slowSettings): the refresh goes on in the background, and leases go on with the last copy.
+//
+// A namespace read for the first time is read alone. Expired copies are refreshed together: one
+// refresh at a time reads every namespace's settings from each server (see refreshAll) and renews
+// every cached copy, so that the statements a process sends for its settings are a few per SettingsTTL
+// and server, however many namespaces it leases from.
 func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	now := set.cfg.Now()
 	set.settingsMu.Lock()
@@ -338,11 +343,11 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 		set.settingsMu.Unlock()
 		return set.refresh(ctx, name, now)
 	}
-	done := set.refreshing[name]
+	done := set.refreshing
 	start := done == nil && !set.closed.Load()
 	if start {
 		done = make(chan struct{})
-		set.refreshing[name] = done
+		set.refreshing = done
 		set.wg.Add(1)
 	}
 	set.settingsMu.Unlock()
@@ -350,10 +355,10 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 		set.cfg.Runtime.Go(func() {
 			defer set.wg.Done()
 			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
-			_, _ = set.refresh(rctx, name, now)
+			set.refreshAll(rctx, now)
 			cancel()
 			set.settingsMu.Lock()
-			delete(set.refreshing, name)
+			set.refreshing = nil
 			set.settingsMu.Unlock()
 			close(done)
 		})
@@ -371,6 +376,38 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	case <-ctx.Done():
 	}
 	return c.rec, nil
+}
+
+// refreshAll reads every namespace's settings from each readable server, one read per server, and
+// renews every cached copy as read at now (merged with what this process knows, as Latest does). When
+// no server answers, the cached copies stay as they are, expired: the next lease asks again.
+func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
+	latest := map[string]R{}
+	answered := 0
+	for _, s := range set.readable(ctx) {
+		recs, err := s.ReadRecords(ctx)
+		if err != nil {
+			continue
+		}
+		answered++
+		for _, r := range recs {
+			KeepLatest(latest, r)
+		}
+	}
+	if answered == 0 {
+		return
+	}
+	set.settingsMu.Lock()
+	defer set.settingsMu.Unlock()
+	for name, c := range set.settings {
+		if r, ok := latest[name]; ok {
+			c.rec = set.rememberLocked(r)
+		} else if k, ok := set.known[name]; ok {
+			c.rec = k // the servers that answered missed it (or lost it); this process knows it
+		}
+		c.fetched = now
+		set.settings[name] = c
+	}
 }
 
 // refresh reads a namespace's settings with Latest and caches them as read at now. When no server

@@ -27,8 +27,9 @@ type Set[S Server[R], R Record[R]] struct {
 	// settings it never expires: a server that missed a change while every server holding it is away
 	// still gets it from here (see Known).
 	known map[string]R
-	// refreshing is closed when the background refresh of a namespace's settings ends (see Settings).
-	refreshing map[string]chan struct{}
+	// refreshing is closed when the background refresh of the cached settings ends (see Settings); nil
+	// while none runs.
+	refreshing chan struct{}
 
 	bg        context.Context // ends background refreshes at Close
 	stopBG    context.CancelFunc
@@ -51,7 +52,7 @@ func NewSet[S Server[R], R Record[R]](cfg Config) *Set[S, R] {
 	cfg.Runtime = cfg.Runtime.WithDefaults()
 	cfg.Now = cfg.Runtime.Now
 	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{},
-		refreshing: map[string]chan struct{}{}, done: make(chan struct{})}
+		done: make(chan struct{})}
 	set.bg, set.stopBG = context.WithCancel(context.Background())
 	set.next.Store(uint64(cfg.Runtime.Float64() * (1 << 32))) // processes started together do not all begin on the same server
 	return set

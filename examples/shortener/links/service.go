@@ -4,18 +4,22 @@
 //
 // The HTTP API:
 //
-//	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","id","url"}; with a creation
-//	                       token, only for "Authorization: Bearer TOKEN"; 429 with Retry-After past a
-//	                       client address's rate; 507 past the cap on links, and 507 codes_exhausted
+//	POST /api/links        {"url":"https://…"} → 201 {"code","short_url","url"[,"expires_at"]}; with a
+//	                       creation token, only for "Authorization: Bearer TOKEN" (wrong tokens from
+//	                       one address are limited and logged); 429 with Retry-After past a client
+//	                       address's rate or quota; 507 past the cap on links, and 507 codes_exhausted
 //	                       once every code of Config.CodeLength characters is taken
 //	GET  /{code}           → 301 to the link's URL, and one more hit; 404 for an unknown code
-//	GET  /api/links/{code} → 200 {"code","short_url","id","url","hits","created_at"}
+//	GET  /api/links/{code} → 200 {"code","short_url","url","hits","created_at"[,"expires_at"]}
 //	GET  /healthz          → 200 {"status":"ok","ticketd":"ok"} while Redis answers; "degraded", with
 //	                         the cause in "ticketd", while leases from ticketd fail; "exhausted"
 //	                         once every code is taken
 //
-// Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}. A refused request (400, 401, 413,
-// 429, 507) creates nothing and takes no ID.
+// A link's ID is never shown: IDs count the links. Unknown codes looked up by one client address are
+// limited (Config.MissRate): past it, every lookup from there is 429, hits included, so that a walk
+// of the codes learns nothing. Errors have ticketd's shape: {"error":{"code":"…","message":"…"}}, and
+// name no host or address of ticketd or Redis. A refused request (400, 401, 413, 429, 507) creates
+// nothing and takes no ID. Every answer is Cache-Control: no-store and X-Content-Type-Options: nosniff.
 package links
 
 import (
@@ -24,6 +28,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -31,8 +36,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -44,6 +49,7 @@ import (
 
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
+	"github.com/ticketd/ticketd/internal/clientip"
 	"github.com/ticketd/ticketd/internal/ratelimit"
 )
 
@@ -55,9 +61,14 @@ const (
 	MaxBodyBytes = 16 << 10
 	// DefaultKeyPrefix is the default Config.KeyPrefix.
 	DefaultKeyPrefix = "shortener:"
-	// MinScrambleKeyLength is the shortest scramble key accepted: with a guessable key anyone can list
-	// every link by encoding the IDs 1, 2, 3, ….
-	MinScrambleKeyLength = 32
+	// MinScrambleKeyBytes is the fewest random bytes a scramble key must hold (written in hex or
+	// base64): with a guessable key anyone can list every link by encoding the IDs 1, 2, 3, …, and one
+	// public code lets an offline search test keys.
+	MinScrambleKeyBytes = 32
+	// tokenFailureBurst and tokenFailureRate bound the wrong creation tokens one client address may
+	// send: 10 at once, then one every 10 seconds.
+	tokenFailureBurst = 10
+	tokenFailureRate  = 0.1
 )
 
 // Error codes of the API, besides ticketd's own invalid_json, unknown_field, body_too_large,
@@ -85,8 +96,8 @@ type Config struct {
 	// anyone can list every link).
 	// Default false: codes are scrambled (see Codec).
 	NoScramble bool
-	// ScrambleKey keys the scramble: a secret of at least MinScrambleKeyLength characters (openssl rand
-	// -hex 32). Required unless NoScramble or Development; never change it once links exist.
+	// ScrambleKey keys the scramble: MinScrambleKeyBytes random bytes or more, in hex or base64 (openssl
+	// rand -hex 32). Required unless NoScramble or Development; never change it once links exist.
 	ScrambleKey string
 	// CodeLength is the length of the longest code, MinCodeLen to MaxCodeLen: link IDs go up to
 	// 62^CodeLength-1, and the namespace's max_id in ticketd must not be above that (Codec.MaxID).
@@ -100,11 +111,27 @@ type Config struct {
 	// CreateToken, when set, is the bearer token that POST /api/links requires; redirects and reads
 	// need none. Default: anyone may create links.
 	CreateToken string
-	// CreateRate is how many links a second one client address (the connection's peer, never a
-	// forwarded-for header) may create, up to CreateBurst at once (default max(1, CreateRate)); past it
-	// the answer is 429 with Retry-After. Zero means no limit.
+	// CreateRate is how many links a second one client address (the connection's peer, or what a
+	// TrustedProxies proxy says; an IPv6 /64) may create, up to CreateBurst at once (default
+	// max(1, CreateRate)); past it the answer is 429 with Retry-After. Zero means no limit.
 	CreateRate  float64
 	CreateBurst int
+	// CreateQuota is how many links one client address may create in CreateQuotaWindow (default 24h),
+	// counted in Redis so that every replica and restart shares it; past it, 429 with Retry-After.
+	// Zero means no quota.
+	CreateQuota       int64
+	CreateQuotaWindow time.Duration
+	// LinkTTL, when set, is how long a link lives: Redis forgets it then, and it no longer counts
+	// against MaxLinks. Zero: links never expire.
+	LinkTTL time.Duration
+	// MissRate is how many lookups of unknown codes a second one client address may make, up to
+	// MissBurst at once (default max(1, MissRate)); past it every lookup from there is 429 with
+	// Retry-After. Zero means no limit.
+	MissRate  float64
+	MissBurst int
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client, for the limits above.
+	// Empty: the connection's peer is the client.
+	TrustedProxies []netip.Prefix
 	// MaxLinks caps the links the service holds (counted from the first link this version made);
 	// past it POST /api/links answers 507. Zero means no cap.
 	MaxLinks int64
@@ -124,12 +151,18 @@ type Service struct {
 	now     func() time.Time
 	echo    *echo.Echo
 
-	createToken [sha256.Size]byte // zero: no token required
-	creates     *ratelimit.Limiter
-	maxLinks    int64
+	createToken   [sha256.Size]byte // zero: no token required
+	creates       *ratelimit.Limiter
+	tokenFailures *ratelimit.Limiter // wrong creation tokens per client
+	misses        *ratelimit.Limiter // unknown codes per client; nil: no limit
+	maxLinks      int64
+	quota         int64
+	quotaWindow   time.Duration
+	linkTTL       time.Duration
 
 	created, redirects, refused, notFound, failed atomic.Int64
 	unauthorized, rateLimited, overCap, exhausted atomic.Int64
+	overQuota, missLimited                        atomic.Int64
 	codesLeft                                     atomic.Bool // false once a link found every code taken
 }
 
@@ -143,10 +176,14 @@ type Stats struct {
 	NotFound int64
 	// Failed counts requests that failed because ticketd or Redis did not answer (5xx).
 	Failed int64
-	// Unauthorized, RateLimited and OverCap count link creations refused for a missing or wrong
-	// creation token (401), past a client address's rate (429) and past MaxLinks (507); Exhausted
-	// those refused because every code is taken (507 codes_exhausted).
-	Unauthorized, RateLimited, OverCap, Exhausted int64
+	// Unauthorized, RateLimited, OverQuota and OverCap count link creations refused for a missing or
+	// wrong creation token (401), past a client address's rate or its wrong tokens' limit (429), past
+	// its quota (429) and past MaxLinks (507); Exhausted those refused because every code is taken
+	// (507 codes_exhausted).
+	Unauthorized, RateLimited, OverQuota, OverCap, Exhausted int64
+	// MissLimited counts lookups refused (429) because their client address looked up too many
+	// unknown codes.
+	MissLimited int64
 	// IDs are the ticketd client's counters: IDs.Refills is the number of blocks leased from ticketd.
 	IDs client.Stats
 }
@@ -211,17 +248,20 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.createToken = sha256.Sum256([]byte(cfg.CreateToken))
 	}
-	if cfg.CreateRate < 0 || cfg.CreateBurst < 0 || cfg.MaxLinks < 0 {
-		return nil, errors.New("shortener: CreateRate, CreateBurst and MaxLinks must not be negative")
+	if cfg.CreateRate < 0 || cfg.CreateBurst < 0 || cfg.MaxLinks < 0 || cfg.CreateQuota < 0 || cfg.CreateQuotaWindow < 0 ||
+		cfg.LinkTTL < 0 || cfg.MissRate < 0 || cfg.MissBurst < 0 {
+		return nil, errors.New("shortener: CreateRate, CreateBurst, CreateQuota, CreateQuotaWindow, LinkTTL, MissRate, MissBurst and MaxLinks must not be negative")
 	}
-	if cfg.CreateRate > 0 {
-		burst := cfg.CreateBurst
-		if burst == 0 {
-			burst = max(1, int(cfg.CreateRate))
-		}
-		s.creates = ratelimit.New(cfg.CreateRate, burst, 0, cfg.Now)
+	if cfg.LinkTTL > 0 && cfg.LinkTTL < time.Second {
+		return nil, fmt.Errorf("shortener: LinkTTL %s is under a second", cfg.LinkTTL)
 	}
-	s.maxLinks = cfg.MaxLinks
+	s.creates = newLimiter(cfg.CreateRate, cfg.CreateBurst, cfg.Now)
+	s.misses = newLimiter(cfg.MissRate, cfg.MissBurst, cfg.Now)
+	s.tokenFailures = ratelimit.New(tokenFailureRate, tokenFailureBurst, 0, cfg.Now)
+	s.maxLinks, s.quota, s.quotaWindow, s.linkTTL = cfg.MaxLinks, cfg.CreateQuota, cfg.CreateQuotaWindow, cfg.LinkTTL
+	if s.quotaWindow == 0 {
+		s.quotaWindow = 24 * time.Hour
+	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -232,8 +272,9 @@ func New(cfg Config) (*Service, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	// The peer's address, never X-Forwarded-For: a client must not pick the rate-limit bucket it uses.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// The peer's address, or what a trusted proxy says: a client must not pick the bucket it uses.
+	e.IPExtractor = clientip.Extractor(cfg.TrustedProxies)
+	e.Use(plainAnswers)
 	e.POST("/api/links", s.createLink)
 	e.GET("/api/links/:code", s.getLink)
 	e.GET("/healthz", s.healthz)
@@ -242,6 +283,32 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// newLimiter is a per-client limiter of rate a second, up to burst at once (default max(1, rate));
+// nil when rate is zero.
+func newLimiter(rate float64, burst int, now func() time.Time) *ratelimit.Limiter {
+	if rate == 0 {
+		return nil
+	}
+	if burst == 0 {
+		burst = max(1, int(rate))
+	}
+	return ratelimit.New(rate, burst, 0, now)
+}
+
+// plainAnswers marks every answer as not to be stored by caches, nor read as another type than its
+// own.
+func plainAnswers(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		return next(c)
+	}
+}
+
+// client names the request's client for the per-client limits.
+func clientOf(c echo.Context) string { return clientip.Key(c.RealIP()) }
+
 // Handler returns the HTTP API.
 func (s *Service) Handler() http.Handler { return s.echo }
 
@@ -249,17 +316,19 @@ func (s *Service) Handler() http.Handler { return s.echo }
 func (s *Service) Stats() Stats {
 	return Stats{Created: s.created.Load(), Redirects: s.redirects.Load(), Refused: s.refused.Load(),
 		NotFound: s.notFound.Load(), Failed: s.failed.Load(), Unauthorized: s.unauthorized.Load(),
-		RateLimited: s.rateLimited.Load(), OverCap: s.overCap.Load(), Exhausted: s.exhausted.Load(), IDs: s.ids.Stats()}
+		RateLimited: s.rateLimited.Load(), OverQuota: s.overQuota.Load(), OverCap: s.overCap.Load(), Exhausted: s.exhausted.Load(),
+		MissLimited: s.missLimited.Load(), IDs: s.ids.Stats()}
 }
 
-// linkJSON is a link on the wire. The ID is a decimal string: it may pass 2^53.
+// linkJSON is a link on the wire. It has no ID: IDs are sequential, and would tell how many links
+// exist.
 type linkJSON struct {
 	Code      string     `json:"code"`
 	ShortURL  string     `json:"short_url"`
-	ID        string     `json:"id"`
 	URL       string     `json:"url"`
 	Hits      *int64     `json:"hits,omitempty"`
 	CreatedAt *time.Time `json:"created_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // createLink: POST /api/links. The request is checked in full before an ID is taken, so that a refused
@@ -274,12 +343,23 @@ func (s *Service) createLink(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	if s.maxLinks > 0 {
-		n, err := s.links.count(ctx)
+		n, err := s.links.count(ctx, s.now())
 		if err != nil {
 			return unavailable("the link store did not answer; retry", err)
 		}
 		if n >= s.maxLinks {
 			return s.tooManyLinks()
+		}
+	}
+	if s.quota > 0 {
+		n, wait, err := s.links.takeQuota(ctx, clientOf(c), s.quotaWindow)
+		if err != nil {
+			return unavailable("the link store did not answer; retry", err)
+		}
+		if n > s.quota {
+			s.overQuota.Add(1)
+			c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+			return refuse(http.StatusTooManyRequests, api.CodeRateLimited, "this client address created its quota of %d links in %s; retry after the Retry-After delay", s.quota, s.quotaWindow)
 		}
 	}
 	// A link never replaces another. A new ID's code can be taken only by a link made under another
@@ -301,7 +381,11 @@ func (s *Service) createLink(c echo.Context) error {
 		if err != nil {
 			return fmt.Errorf("ticketd issued ID %d: %w", id, err)
 		}
-		ok, err := s.links.create(ctx, link{Code: code, URL: target, ID: id, Created: s.now()}, s.maxLinks)
+		l := link{Code: code, URL: target, ID: id, Created: s.now()}
+		if s.linkTTL > 0 {
+			l.Expires = l.Created.Add(s.linkTTL)
+		}
+		ok, err := s.links.create(ctx, l, s.maxLinks)
 		if errors.Is(err, errFull) {
 			return s.tooManyLinks()
 		}
@@ -315,31 +399,72 @@ func (s *Service) createLink(c echo.Context) error {
 		s.created.Add(1)
 		s.codesLeft.Store(true)
 		c.Response().Header().Set(echo.HeaderLocation, "/api/links/"+code)
-		return c.JSON(http.StatusCreated, linkJSON{Code: code, ShortURL: s.shortURL(c, code),
-			ID: strconv.FormatInt(id, 10), URL: target})
+		return c.JSON(http.StatusCreated, linkJSON{Code: code, ShortURL: s.shortURL(c, code), URL: target, ExpiresAt: expiresAt(l)})
 	}
 	return errors.New("three new IDs in a row gave codes of existing links")
 }
 
-// mayCreate checks the creation token, then takes one link from the client address's rate.
+// mayCreate checks the creation token, then takes one link from the client address's rate. A client
+// address that sent too many wrong tokens has its wrong ones answered 429; the right token is never
+// refused for them (the address may be a proxy shared with the real client). Wrong tokens are logged
+// at the 1st, 2nd, 4th, … from an address, never the token itself.
 func (s *Service) mayCreate(c echo.Context) error {
+	who := clientOf(c)
 	if s.createToken != ([sha256.Size]byte{}) {
-		tok, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
-		d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		tok, ok := api.Bearer(c.Request().Header.Get(echo.HeaderAuthorization))
+		d := sha256.Sum256([]byte(tok))
 		if subtle.ConstantTimeCompare(d[:], s.createToken[:]) != 1 || !ok {
+			if blocked, wait := s.tokenFailures.Empty(who); blocked {
+				s.rateLimited.Add(1)
+				return tooMany(c, wait, "too many requests with a wrong creation token from this client address; retry after the Retry-After delay")
+			}
+			_, _, n := s.tokenFailures.Take(who)
+			if n&(n-1) == 0 {
+				s.logger.Warn("wrong creation token", "remote", who, "failures", n)
+			}
 			s.unauthorized.Add(1)
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="shortener"`)
 			return refuse(http.StatusUnauthorized, api.CodeInvalidToken, `creating links needs "Authorization: Bearer TOKEN" with the service's creation token`)
 		}
 	}
 	if s.creates != nil {
-		if ok, wait, _ := s.creates.Take(c.RealIP()); !ok {
+		if ok, wait, _ := s.creates.Take(who); !ok {
 			s.rateLimited.Add(1)
-			c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
-			return refuse(http.StatusTooManyRequests, api.CodeRateLimited, "more than %g new links a second from this client address; retry after the Retry-After delay", s.creates.Rate())
+			return tooMany(c, wait, "more than %g new links a second from this client address; retry after the Retry-After delay", s.creates.Rate())
 		}
 	}
 	return nil
+}
+
+// tooMany is a 429 whose Retry-After is wait in whole seconds, at least 1.
+func tooMany(c echo.Context, wait time.Duration, format string, args ...any) error {
+	c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+	return refuse(http.StatusTooManyRequests, api.CodeRateLimited, format, args...)
+}
+
+// lookupAllowed refuses every lookup (429) from a client address that looked up too many unknown
+// codes: hits too, or the refusals would tell codes that exist from codes that do not.
+func (s *Service) lookupAllowed(c echo.Context) error {
+	if s.misses == nil {
+		return nil
+	}
+	if blocked, wait := s.misses.Empty(clientOf(c)); blocked {
+		s.missLimited.Add(1)
+		return tooMany(c, wait, "too many lookups of unknown codes from this client address; retry after the Retry-After delay")
+	}
+	return nil
+}
+
+// missed counts a lookup of an unknown code against its client address, and logs the 1st, 2nd, 4th,
+// … miss from there.
+func (s *Service) missed(c echo.Context, message string) error {
+	if s.misses != nil {
+		who := clientOf(c)
+		if _, _, n := s.misses.Take(who); n&(n-1) == 0 {
+			s.logger.Info("lookups of unknown codes", "remote", who, "misses", n)
+		}
+	}
+	return s.linkNotFound(message)
 }
 
 func (s *Service) tooManyLinks() error {
@@ -426,16 +551,19 @@ func CheckURL(raw string) (string, error) {
 
 // redirect: GET /{code}. A malformed code is a 404 like any unknown one: no link can have it.
 func (s *Service) redirect(c echo.Context) error {
+	if err := s.lookupAllowed(c); err != nil {
+		return err
+	}
 	code := c.Param("code")
 	if _, err := s.codec.Decode(code); err != nil {
-		return s.linkNotFound("no such link: " + trimErr(err))
+		return s.missed(c, "no such link: "+trimErr(err))
 	}
 	target, ok, err := s.links.hit(c.Request().Context(), code)
 	if err != nil {
 		return unavailable("the link store did not answer; retry", err)
 	}
 	if !ok {
-		return s.linkNotFound(fmt.Sprintf("no link has the code %q", code))
+		return s.missed(c, fmt.Sprintf("no link has the code %q", code))
 	}
 	s.redirects.Add(1)
 	// Not to be cached, so that every visit comes here and is counted.
@@ -445,8 +573,14 @@ func (s *Service) redirect(c echo.Context) error {
 
 // getLink: GET /api/links/{code}.
 func (s *Service) getLink(c echo.Context) error {
+	if err := s.lookupAllowed(c); err != nil {
+		return err
+	}
 	code := c.Param("code")
 	if _, err := s.codec.Decode(code); err != nil {
+		if s.misses != nil {
+			s.misses.Take(clientOf(c))
+		}
 		return refuse(http.StatusBadRequest, CodeInvalidCode, "%v", trimErr(err))
 	}
 	l, ok, err := s.links.get(c.Request().Context(), code)
@@ -454,11 +588,20 @@ func (s *Service) getLink(c echo.Context) error {
 		return unavailable("the link store did not answer; retry", err)
 	}
 	if !ok {
-		return s.linkNotFound(fmt.Sprintf("no link has the code %q", code))
+		return s.missed(c, fmt.Sprintf("no link has the code %q", code))
 	}
 	created := l.Created
-	return c.JSON(http.StatusOK, linkJSON{Code: code, ShortURL: s.shortURL(c, code), ID: strconv.FormatInt(l.ID, 10),
-		URL: l.URL, Hits: &l.Hits, CreatedAt: &created})
+	return c.JSON(http.StatusOK, linkJSON{Code: code, ShortURL: s.shortURL(c, code), URL: l.URL, Hits: &l.Hits,
+		CreatedAt: &created, ExpiresAt: expiresAt(l)})
+}
+
+// expiresAt is a link's expiry on the wire: nil for a link that never expires.
+func expiresAt(l link) *time.Time {
+	if l.Expires.IsZero() {
+		return nil
+	}
+	t := l.Expires
+	return &t
 }
 
 // Health is the answer of GET /healthz.
@@ -490,9 +633,10 @@ func (s *Service) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, h)
 }
 
-// TicketdCause says in one line why ticketd gave no ID, for answers to the shortener's own callers:
-// ticketd's answer when it refused the lease (a wrong token, a missing namespace), otherwise that it did
-// not answer. Addresses stay in the log.
+// TicketdCause says in one line why ticketd gave no ID, for answers to the shortener's own callers,
+// who may be anyone: ticketd's status and error code when it refused the lease (a wrong token, a
+// missing namespace), otherwise that it did not answer. No host name, address or resolver: those stay
+// in the log, with the error itself.
 func TicketdCause(err error) string {
 	var se *client.StatusError
 	if errors.As(err, &se) {
@@ -500,7 +644,7 @@ func TicketdCause(err error) string {
 		if se.Code != "" {
 			msg += " " + se.Code
 		}
-		if se.Message != "" {
+		if se.Message != "" && se.Status < 500 { // a refusal of the request, which names no server
 			msg += ": " + se.Message
 		}
 		if se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden {
@@ -508,29 +652,49 @@ func TicketdCause(err error) string {
 		}
 		return msg
 	}
-	var op *net.OpError
 	switch {
 	case errors.Is(err, client.ErrNotFound):
 		return "the namespace does not exist on ticketd (create it with ticketd namespace create)"
-	case errors.As(err, &op):
-		return "ticketd did not answer (" + op.Err.Error() + "); retry"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrUnavailable):
 		return "ticketd did not answer in time; retry"
 	}
-	return "ticketd gave no ID; retry"
+	return "ticketd did not answer; retry"
 }
 
-// CheckScrambleKey says what makes a scramble key too weak to keep links private: shorter than
-// MinScrambleKeyLength, too few distinct characters, a short string repeated. Its messages never
-// contain the key.
+// CheckScrambleKey says what makes a scramble key too weak to keep links private: it must be
+// MinScrambleKeyBytes random bytes or more, written in hex or base64 (standard or URL alphabet, padded
+// or not), as openssl rand -hex 32 or openssl rand -base64 32 make; a passphrase is refused, since one
+// public code lets an offline search test millions of keys a second. Its messages never contain the
+// key.
 func CheckScrambleKey(key string) error {
-	if len(key) < MinScrambleKeyLength {
-		return fmt.Errorf("the scramble key is %d characters; it must be at least %d (openssl rand -hex 32)", len(key), MinScrambleKeyLength)
+	const how = "make one with: openssl rand -hex 32"
+	n, ok := keyBytes(key)
+	if !ok {
+		return fmt.Errorf("the scramble key must be %d random bytes written in hex or base64, not a passphrase; %s", MinScrambleKeyBytes, how)
+	}
+	if n < MinScrambleKeyBytes {
+		return fmt.Errorf("the scramble key holds %d bytes; it must be at least %d random bytes; %s", n, MinScrambleKeyBytes, how)
 	}
 	if err := api.CheckToken(key); err != nil {
 		return fmt.Errorf("the scramble key: %s", strings.Replace(err.Error(), "a token", "it", 1))
 	}
+	if bits := api.TokenBits(key); bits < 8*MinScrambleKeyBytes*3/4 {
+		return fmt.Errorf("the scramble key does not look random (about %.0f bits of guesswork); %s", bits, how)
+	}
 	return nil
+}
+
+// keyBytes is the number of bytes key holds in hex or base64, and whether it is either.
+func keyBytes(key string) (int, bool) {
+	if b, err := hex.DecodeString(key); err == nil {
+		return len(b), true
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(key); err == nil {
+			return len(b), true
+		}
+	}
+	return 0, false
 }
 
 func (s *Service) shortURL(c echo.Context, code string) string {

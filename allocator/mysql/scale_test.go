@@ -1,0 +1,103 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/testenv"
+)
+
+// TestStatementsDoNotGrowWithNamespaces: on a private pair (no other client), with 300 namespaces each
+// leased from once, a round of water-mark writes and a listing of every namespace with its counters
+// each send each server a fixed number of statements, not one or more per namespace.
+func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
+	pair := testenv.PrivatePair(t)
+	var dsns []string
+	var roots []*sql.DB
+	for _, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+		dsns = append(dsns, m.DSN("ticketd"))
+		db, err := sql.Open("mysql", m.DSN(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		roots = append(roots, db)
+	}
+	p := openStore(t, dsns, func(c *Config) {
+		c.Failover.WatermarkInterval, c.Failover.ProbeInterval = time.Hour, time.Hour // no background work but the test's
+		c.Failover.SettingsTTL = time.Second
+	})
+	ctx := context.Background()
+	const n = 300
+	for i := range n {
+		name := fmt.Sprintf("ns%03d", i)
+		if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // from both servers, most likely
+			if _, err := p.Lease(ctx, name, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	questions := func() [2]int64 {
+		var out [2]int64
+		for i, db := range roots {
+			var k string
+			if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&k, &out[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		do   func() error
+		most int64 // statements on each server
+	}{
+		{"water marks", func() error { return p.writeWatermarks(ctx) }, 4},
+		{"listing", func() error { _, err := p.Namespaces(ctx); return err }, 4},
+		// Every namespace's settings expired: a lease from each is its UPDATE on one server, and the
+		// settings are read again for all of them at once (a few times, should the round outlast the
+		// settings' TTL), not once per namespace.
+		{"leases after the settings expired", func() error {
+			time.Sleep(1100 * time.Millisecond)
+			for i := range n {
+				if _, err := p.Lease(ctx, fmt.Sprintf("ns%03d", i), 10); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, n + 10},
+		// The segment cache refreshes each namespace's settings on its own: the reads are shared too.
+		{"settings read after they expired", func() error {
+			time.Sleep(1100 * time.Millisecond)
+			for i := range n {
+				if _, err := p.Settings(ctx, fmt.Sprintf("ns%03d", i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, 10},
+	} {
+		before := questions()
+		if err := tc.do(); err != nil {
+			t.Fatal(err)
+		}
+		after := questions()
+		for i := range roots {
+			// The statements of the round, and the SHOW STATUS that reads the count.
+			if d := after[i] - before[i] - 1; d > tc.most {
+				t.Errorf("%s: %d statements on %s for %d namespaces; want at most %d", tc.name, d, p.Servers()[i], n, tc.most)
+			} else {
+				t.Logf("%s: %d statements on %s for %d namespaces", tc.name, d, p.Servers()[i], n)
+			}
+		}
+	}
+}
