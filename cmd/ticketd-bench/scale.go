@@ -239,7 +239,8 @@ type serveProc struct {
 }
 
 func (s *scaleRun) serve(ctx context.Context, dsns []string) (*serveProc, error) {
-	cmd := exec.CommandContext(ctx, s.bin, "serve", "--listen", "127.0.0.1:0")
+	// Every request comes from this one address: no per-client bound of its own.
+	cmd := exec.CommandContext(ctx, s.bin, "serve", "--listen", "127.0.0.1:0", "--max-connections-per-client", "0")
 	cmd.Env = append(os.Environ(), "TICKETD_MYSQL="+strings.Join(dsns, ","), "TICKETD_ADMIN_TOKEN="+scaleAdmin)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
