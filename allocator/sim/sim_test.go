@@ -49,6 +49,7 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 		{Off{Floors: true}, "issued twice"},
 		{Off{PeerMarks: true}, ""}, // a duplicate, or a fence its repair cannot see to lift
 		{Off{Identity: true}, "issued twice"},
+		{Off{CeilingBound: true}, "above max_id"},
 		{Off{RepairMargin: true}, "issued twice"},
 	} {
 		off := tc.off
