@@ -217,7 +217,7 @@ func (w *World) fleetLeases() {
 	}
 }
 
-// fleetCrash has the fleet lease at a steady pace for three water-mark intervals, then lose its way
+// fleetCrash has the fleet lease at a steady pace for five water-mark intervals, then lose its way
 // to one server and go on at that pace for up to one more interval, then crash together: the marks of
 // what they leased last never reach that server. (A fleet that leases faster in its last seconds than
 // it ever did before can outrun a repair's margin, which the guarantees leave out: the pace stays.)
@@ -241,7 +241,7 @@ func (w *World) fleetCrash() {
 		}
 		w.advance(pace)
 	}
-	for end := w.now.Add(3 * interval); w.now.Before(end); {
+	for end := w.now.Add(5 * interval); w.now.Before(end); { // long enough for the peers to measure the pace
 		round()
 	}
 	far := w.servers[w.rng.IntN(len(w.servers))]
@@ -416,7 +416,7 @@ func (w *World) settings() {
 	kind := []string{"max_id lowered", "max_id raised", "start advanced", "block sizes"}[w.rng.IntN(4)]
 	switch kind {
 	case "max_id lowered":
-		ns.MaxID = max(w.highest, w.ns.Start) + w.rng.Int64N(1000)
+		ns.MaxID = max(w.highest, w.ns.Start, 1) + w.rng.Int64N(1000) // 0 would mean no ceiling
 		if ns.MaxID >= w.ns.MaxID {
 			return
 		}
