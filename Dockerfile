@@ -8,7 +8,7 @@
 # GO_IMAGE has Go 1.26 on PATH; RUNTIME_IMAGE is the distroless static image, or any image with a
 # user nonroot of uid 65532. VERSION, COMMIT and DIRTY (true or false) are what `ticketd version`
 # reports: the build has no repository to read them from.
-ARG GO_IMAGE=golang:1.26-bookworm
+ARG GO_IMAGE=golang:1.26.8-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 FROM ${GO_IMAGE} AS build

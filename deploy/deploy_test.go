@@ -1,9 +1,6 @@
 package deploy
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,22 +256,10 @@ func TestDockerignore(t *testing.T) {
 }
 
 func TestKubernetesManifest(t *testing.T) {
+	kinds := kubeDocs(t)
 	b, err := os.ReadFile("kubernetes.yaml")
 	if err != nil {
 		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	kinds := map[string]map[string]any{}
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		kinds[doc["kind"].(string)] = doc
 	}
 	if kinds["Deployment"] == nil || kinds["Service"] == nil {
 		t.Fatalf("want a Deployment and a Service, got %v", kinds)

@@ -119,11 +119,14 @@ func (c Config) validate() error {
 // redact hides the user name and password of an address: of a redis:// URL, and of an address
 // written without a scheme (:PASSWORD@host:port), which is no valid form but is given.
 func redact(addr string) string {
-	i := strings.Index(addr, "://")
-	if j := strings.LastIndex(addr, "@"); j > i {
-		return addr[:i+3] + "…@" + addr[j+1:]
+	scheme := ""
+	if i := strings.Index(addr, "://"); i >= 0 {
+		scheme, addr = addr[:i+3], addr[i+3:]
 	}
-	return addr
+	if j := strings.LastIndex(addr, "@"); j >= 0 {
+		return scheme + "…@" + addr[j+1:]
+	}
+	return scheme + addr
 }
 
 // urlProblem says what is wrong with a redis:// URL that does not parse, without its user name or

@@ -287,6 +287,8 @@ func TestRedact(t *testing.T) {
 		"redis://user:p@ss@db:6379":    "redis://…@db:6379",
 		"db:6379":                      "db:6379",
 		"rediss://db.example.com:6380": "rediss://db.example.com:6380",
+		":secret@db:6379":              "…@db:6379", // no scheme: nothing of the password either
+		"user:secret@db:6379":          "…@db:6379",
 	} {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)

@@ -55,10 +55,10 @@ func (c *scaleCmd) flags(fs *flag.FlagSet) {
 
 // ScaleRow is one namespace count's measurements.
 type ScaleRow struct {
-	Namespaces    int     `json:"namespaces"`
-	RSSMiB        float64 `json:"rss_mib"`
-	FreshRSSMiB   float64 `json:"fresh_rss_mib"`
-	ScrapeMS      float64 `json:"scrape_ms"`
+	Namespaces  int     `json:"namespaces"`
+	RSSMiB      float64 `json:"rss_mib"`
+	FreshRSSMiB float64 `json:"fresh_rss_mib"`
+	ScrapeMS    float64 `json:"scrape_ms"`
 	// ScrapeAgainMS is the slower of two later scrapes: one that starts the next reading of the
 	// counters in the background, and one after it.
 	ScrapeAgainMS float64 `json:"scrape_again_ms"`
@@ -241,7 +241,8 @@ type serveProc struct {
 }
 
 func (s *scaleRun) serve(ctx context.Context, dsns []string) (*serveProc, error) {
-	cmd := exec.CommandContext(ctx, s.bin, "serve", "--listen", "127.0.0.1:0")
+	// Every request comes from this one address: no per-client bound of its own.
+	cmd := exec.CommandContext(ctx, s.bin, "serve", "--listen", "127.0.0.1:0", "--max-connections-per-client", "0")
 	cmd.Env = append(os.Environ(), "TICKETD_MYSQL="+strings.Join(dsns, ","), "TICKETD_ADMIN_TOKEN="+scaleAdmin)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

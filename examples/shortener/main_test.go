@@ -548,13 +548,15 @@ func TestComposeCommand(t *testing.T) {
 			return e2eScrambleKey
 		case "SHORTENER_CREATE_TOKEN":
 			return "c81f04a9e27b5d36f0a94e1b72c85d3e"
+		case "SHORTENER_REDIS":
+			return s.Environment["SHORTENER_REDIS"]
 		}
 		return ""
 	}, io.Discard)
 	if err != nil {
 		t.Fatalf("compose command %v: %v", s.Command, err)
 	}
-	if o.listen != "0.0.0.0:8081" || o.ticketd != "http://ticketd:8080" || o.redis != "redis:6379" || o.token != "from-compose" ||
+	if o.listen != "0.0.0.0:8081" || o.ticketd != "http://ticketd:8080" || !strings.HasPrefix(o.redis, "redis://:${REDIS_PASSWORD") || !strings.HasSuffix(o.redis, "@redis:6379/0") || o.token != "from-compose" ||
 		o.namespace != "links" || o.baseURL == "" || o.scrambleKey != e2eScrambleKey || o.maxLinks <= 0 || o.createToken == "" {
 		t.Fatalf("compose command %v gives %+v", s.Command, o)
 	}
