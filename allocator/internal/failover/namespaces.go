@@ -229,25 +229,15 @@ func (set *Set[S, R]) checkLowering(ctx context.Context, ns allocator.Namespace,
 	return allocator.CheckLowering(ns.Name, ns.MaxID, cur.HighestIssued())
 }
 
-// Namespace returns a namespace's latest settings with each server's state. Its caller asks for the
-// settings as they are now (an admin, or a process that must see a change another one made), so they
-// are read from the servers, not from the copy leases use, which that read renews.
+// Namespace returns a namespace's latest settings, read from the servers (see ReadSettings), with
+// each server's state.
 func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States) (allocator.Namespace, error) {
-	if err := allocator.ValidateName(name); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if set.closed.Load() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	now := set.cfg.Now()
-	r, err := set.Latest(ctx, name)
+	ns, err := set.ReadSettings(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	set.keep(name, r, now)
-	ns := r.Namespace()
 	ns.Servers = states(ctx, []string{name})[name]
 	return ns, nil
 }
