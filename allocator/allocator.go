@@ -190,6 +190,15 @@ type SettingsReader interface {
 	Settings(ctx context.Context, name string) (Namespace, error)
 }
 
+// SharedSettingsReader is implemented by backends that keep every namespace's settings and read them
+// from the servers together: SharedSettings returns a copy at most the backend's settings TTL old
+// (Failover.SettingsTTL), for a caller that refreshes many namespaces' settings often (a cache), at a
+// read per server and TTL however many namespaces. SettingsReader is for a caller that must see a
+// change at once.
+type SharedSettingsReader interface {
+	SharedSettings(ctx context.Context, name string) (Namespace, error)
+}
+
 // ServerHealth is one ticket server's state as a backend sees it.
 type ServerHealth struct {
 	Name    string `json:"name"`

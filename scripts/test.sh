@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on real servers: formatting, vet, tidy modules, and every test with the race
 # detector, against the throwaway MariaDB pair and Redis that scripts/with-servers.sh starts and stops;
-# then every fuzz target briefly and a 60 s chaos run. It takes 20 to 30 minutes on 2 cores.
+# then the simulation's fixed budget, every fuzz target briefly and a 60 s chaos run. It takes 20 to 30
+# minutes on 2 cores.
 # Extra arguments go to `go test` (e.g. scripts/test.sh -run TestParity).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +76,10 @@ export TICKETD_ARTIFACTS="${TICKETD_ARTIFACTS:-$PWD/test-artifacts}"
 mkdir -p "$TICKETD_ARTIFACTS"
 stage "go test" each go test -race -count=1 -timeout 45m "$@" ./...
 if (($# == 0)); then
+  # The deterministic simulation's fixed budget of schedules, and each guard switched off in turn, without
+  # the race detector (it slows the simulated servers forty times; under it the package checks only its
+  # parallel exploration). It prints the schedules explored.
+  stage simulation go test -count=1 -v -run '^TestSimulation' ./allocator/sim/
   # Every fuzz target, briefly, on top of its kept corpus (testdata/fuzz).
   stage fuzz scripts/fuzz.sh "${TICKETD_FUZZTIME:-20000x}"
   # The chaos run, short form: ≥1M IDs through two replicas while servers are killed, restored and

@@ -140,8 +140,12 @@ func newSegmentCache(cfg CacheConfig, b allocator.Backend, m *Metrics, logger *s
 }
 
 // readSettings reads a namespace's settings, without each server's counter where the backend can
-// (allocator.SettingsReader).
+// (allocator.SettingsReader), and read with every other namespace's where it can
+// (allocator.SharedSettingsReader): the cache refreshes each namespace's settings every SettingsTTL.
 func (c *segmentCache) readSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	if r, ok := c.backend.(allocator.SharedSettingsReader); ok {
+		return r.SharedSettings(ctx, name)
+	}
 	if r, ok := c.backend.(allocator.SettingsReader); ok {
 		return r.Settings(ctx, name)
 	}

@@ -212,10 +212,10 @@ func (s *server) tryMarkWrites(ctx context.Context) error {
 	defer tx.Rollback() //nolint:errcheck // rolled back on purpose
 	// Not a namespace name: no row of a real namespace is touched.
 	const probe = "~doctor"
-	if _, err := tx.ExecContext(ctx, batchSQL(markSQL, markRow, 1), probe, 0, 0, 0, ""); err != nil {
+	if _, err := tx.ExecContext(ctx, batchSQL(markSQL, markRows, 1), probe, 0, 0, 0, ""); err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, batchSQL(paceSQL, paceRow, 1), probe, 0, 0, 0, 0, 0, 1, 1, 1, 1)
+	_, err = tx.ExecContext(ctx, batchSQL(paceSQL, paceRows, 1), probe, 0, 0, 0, 0, 0, 1, 1, 1, 1)
 	return err
 }
 

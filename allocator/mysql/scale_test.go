@@ -79,7 +79,7 @@ func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
 		{"settings read after they expired", func() error {
 			time.Sleep(1100 * time.Millisecond)
 			for i := range n {
-				if _, err := p.Settings(ctx, fmt.Sprintf("ns%03d", i)); err != nil {
+				if _, err := p.SharedSettings(ctx, fmt.Sprintf("ns%03d", i)); err != nil {
 					return err
 				}
 			}

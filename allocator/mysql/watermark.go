@@ -53,23 +53,30 @@ func (p *Store) writeWatermarks(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// markSQL raises water marks, one row per namespace (see markRow): many namespaces' marks in one
+// markSQL raises water marks, one row per namespace (see markRows): many namespaces' marks in one
 // statement. The identity recorded is that of the highest mark: a mark taken on another server (before
 // a failover, say) gives way to a higher one, and an unknown identity never replaces a known one.
+//
+// The rows are a derived table (mark) that the update refers to, where VALUES(col) would do on
+// MariaDB: MySQL 8.0.20 and later warn on every VALUES(col).
 const markSQL = `INSERT INTO ticketd_watermarks (namespace, peer_offset, high_water, updated_us, server_identity)
-	VALUES %s ON DUPLICATE KEY UPDATE
-	server_identity = IF(VALUES(server_identity) <> '' AND (VALUES(high_water) > high_water OR server_identity = ''), VALUES(server_identity), server_identity),
-	high_water = GREATEST(high_water, VALUES(high_water)), updated_us = VALUES(updated_us)`
+	SELECT * FROM (%s) AS mark ON DUPLICATE KEY UPDATE
+	server_identity = IF(mark.server_identity <> '' AND (mark.high_water > ticketd_watermarks.high_water OR ticketd_watermarks.server_identity = ''),
+		mark.server_identity, ticketd_watermarks.server_identity),
+	high_water = GREATEST(ticketd_watermarks.high_water, mark.high_water), updated_us = mark.updated_us`
 
-// markRow is one row of markSQL. Parameters: namespace, offset, mark, now, identity.
-const markRow = "(?, ?, ?, ?, ?)"
+// markRows are the rows of markSQL: the first names the columns. Parameters: namespace, offset, mark,
+// now, identity. Numbers are cast, so that a parameter is never compared as a string.
+var markRows = derivedRows{
+	"SELECT ? AS namespace, CAST(? AS SIGNED) AS peer_offset, CAST(? AS SIGNED) AS high_water, CAST(? AS SIGNED) AS updated_us, ? AS server_identity",
+	"SELECT ?, CAST(? AS SIGNED), CAST(? AS SIGNED), CAST(? AS SIGNED), ?"}
 
 // serverUS is the ticket server's own clock in microseconds: the time of a statement, alike for every
 // process that writes the same row, whatever their clocks say.
 const serverUS = "CAST(@@timestamp * 1000000 AS SIGNED)"
 
 // paceSQL records what one process leased from a peer since its last write, one row per namespace
-// (see paceRow): its rate, the highest rate of one process (peak_per_s); the counter units added to
+// (see paceRows): its rate, the highest rate of one process (peak_per_s); the counter units added to
 // the peer's sum of every process's leases (leased); and, once a window of at least one water-mark
 // interval of the server's own clock has passed, the rate of that sum over it, the highest of which is
 // fleet_peak_per_s. It leaves updated_us alone: processes of older releases set it (see checkCeiling).
@@ -79,28 +86,36 @@ const serverUS = "CAST(@@timestamp * 1000000 AS SIGNED)"
 // Parameters after the rows: window, window, window.
 const paceSQL = `INSERT INTO ticketd_lease_rates
 	(namespace, peer_offset, peak_per_s, updated_us, written_us, leased, window_leased, window_us, fleet_peak_per_s, interval_us)
-	VALUES %s ON DUPLICATE KEY UPDATE
-	fleet_peak_per_s = IF(` + serverUS + ` - window_us >= ?,
-		GREATEST(fleet_peak_per_s, CAST(CAST(leased + VALUES(leased) - window_leased AS DECIMAL(30, 0)) * 1000000 / (` + serverUS + ` - window_us) AS SIGNED)),
-		fleet_peak_per_s),
-	window_leased = IF(` + serverUS + ` - window_us >= ?, leased + VALUES(leased), window_leased),
-	window_us = IF(` + serverUS + ` - window_us >= ?, ` + serverUS + `, window_us),
-	leased = leased + VALUES(leased),
-	peak_per_s = GREATEST(peak_per_s, VALUES(peak_per_s)),
-	written_us = VALUES(written_us),
-	interval_us = GREATEST(interval_us, VALUES(interval_us))`
+	SELECT * FROM (%s) AS rate ON DUPLICATE KEY UPDATE
+	fleet_peak_per_s = IF(` + serverUS + ` - ticketd_lease_rates.window_us >= ?,
+		GREATEST(ticketd_lease_rates.fleet_peak_per_s, CAST(CAST(ticketd_lease_rates.leased + rate.leased - ticketd_lease_rates.window_leased AS DECIMAL(30, 0)) * 1000000 / (` + serverUS + ` - ticketd_lease_rates.window_us) AS SIGNED)),
+		ticketd_lease_rates.fleet_peak_per_s),
+	window_leased = IF(` + serverUS + ` - ticketd_lease_rates.window_us >= ?, ticketd_lease_rates.leased + rate.leased, ticketd_lease_rates.window_leased),
+	window_us = IF(` + serverUS + ` - ticketd_lease_rates.window_us >= ?, ` + serverUS + `, ticketd_lease_rates.window_us),
+	leased = ticketd_lease_rates.leased + rate.leased,
+	peak_per_s = GREATEST(ticketd_lease_rates.peak_per_s, rate.peak_per_s),
+	written_us = rate.written_us,
+	interval_us = GREATEST(ticketd_lease_rates.interval_us, rate.interval_us)`
 
-// paceRow is one row of paceSQL. Parameters: namespace, offset, rate, now, span, span, interval.
-const paceRow = "(?, ?, ?, 0, ?, ?, ?, " + serverUS + ", 0, ?)"
+// paceRows are the rows of paceSQL: the first names the columns. Parameters: namespace, offset, rate,
+// now, span, span, interval.
+var paceRows = derivedRows{
+	"SELECT ? AS namespace, CAST(? AS SIGNED) AS peer_offset, CAST(? AS SIGNED) AS peak_per_s, 0 AS updated_us, CAST(? AS SIGNED) AS written_us, " +
+		"CAST(? AS SIGNED) AS leased, CAST(? AS SIGNED) AS window_leased, " + serverUS + " AS window_us, 0 AS fleet_peak_per_s, CAST(? AS SIGNED) AS interval_us",
+	"SELECT ?, CAST(? AS SIGNED), CAST(? AS SIGNED), 0, CAST(? AS SIGNED), CAST(? AS SIGNED), CAST(? AS SIGNED), " + serverUS + ", 0, CAST(? AS SIGNED)"}
 
 // markBatch is the most namespaces one statement writes: the background work of a process is one
 // statement of marks and one of lease rates per peer and water-mark interval for up to this many
 // namespaces leased from in the interval, however many it knows.
 const markBatch = 2000
 
-// batchSQL is stmt with n rows of row in place of its %s.
-func batchSQL(stmt, row string, n int) string {
-	return fmt.Sprintf(stmt, strings.TrimSuffix(strings.Repeat(row+", ", n), ", "))
+// derivedRows is how a statement's derived table is written: its first row, which names the columns,
+// and every other row.
+type derivedRows struct{ first, next string }
+
+// batchSQL is stmt with n rows of r in place of its %s.
+func batchSQL(stmt string, r derivedRows, n int) string {
+	return fmt.Sprintf(stmt, r.first+strings.Repeat(" UNION ALL "+r.next, n-1))
 }
 
 // writeTo writes s's unwritten marks and what this process leased there into peer, within one
@@ -125,7 +140,7 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 			m := pending[ns]
 			args = append(args, ns, v.offset, m.Value, nowUS, m.Identity)
 		}
-		query := batchSQL(markSQL, markRow, len(chunk))
+		query := batchSQL(markSQL, markRows, len(chunk))
 		if err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
 			return fmt.Errorf("water marks of %s on %s: %w", s.Name(), peer.Name(), err)
 		}
@@ -148,7 +163,7 @@ func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace
 			args = append(args, ns, v.offset, pc.PerSecond, nowUS, pc.Span, pc.Span, window)
 		}
 		args = append(args, window, window, window)
-		query := batchSQL(paceSQL, paceRow, len(chunk))
+		query := batchSQL(paceSQL, paceRows, len(chunk))
 		if err := retryConflicts(ctx, p.cfg.Runtime.Sleep, func() error { _, err := peer.ctl.ExecContext(ctx, query, args...); return err }); err != nil {
 			return fmt.Errorf("lease rates of %s on %s: %w", s.Name(), peer.Name(), err)
 		}

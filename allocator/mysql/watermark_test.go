@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"os/exec"
@@ -195,4 +196,68 @@ func readNext(t *testing.T, s *server) int64 {
 		t.Fatal(err)
 	}
 	return r.next
+}
+
+// TestMarkStatementsCompareNumbers writes marks and lease rates with the guard's statements, several
+// rows to a statement, on a real server: a mark only rises, numbers compare as numbers (99 < 100, which
+// as strings they do not), a higher mark brings its server's identity and an unknown one never replaces
+// it, and what processes leased adds up.
+func TestMarkStatementsCompareNumbers(t *testing.T) {
+	dsns := testenv.FreshDatabases(t, testenv.ServerDSNs(t))
+	openStore(t, dsns, nil).Close() // the schema
+	db, err := sql.Open("mysql", dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	marks := func(rows ...[]any) {
+		t.Helper()
+		var args []any
+		for _, r := range rows {
+			args = append(args, r...)
+		}
+		if _, err := db.ExecContext(ctx, batchSQL(markSQL, markRows, len(rows)), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks([]any{"a", 2, 99, 1, "s1"}, []any{"b", 2, 5, 1, ""})
+	marks([]any{"a", 2, 100, 2, "s2"}, []any{"b", 2, 4, 2, "s3"})
+	marks([]any{"a", 2, 98, 3, ""}, []any{"b", 2, 6, 3, ""})
+	for ns, want := range map[string]struct {
+		high     int64
+		identity string
+	}{"a": {100, "s2"}, "b": {6, "s3"}} {
+		var high int64
+		var identity string
+		if err := db.QueryRowContext(ctx, "SELECT high_water, server_identity FROM ticketd_watermarks WHERE namespace = ? AND peer_offset = 2", ns).
+			Scan(&high, &identity); err != nil {
+			t.Fatal(err)
+		}
+		if high != want.high || identity != want.identity {
+			t.Errorf("mark of %s: %d on %q, want %d on %q", ns, high, identity, want.high, want.identity)
+		}
+	}
+	pace := func(rate, span int64) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, batchSQL(paceSQL, paceRows, 2), "a", 2, rate, 1, span, span, 2_000_000, "b", 2, 1, 1, 1, 1, 2_000_000,
+			int64(2_000_000), int64(2_000_000), int64(2_000_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pace(99, 40)
+	pace(100, 60)
+	pace(98, 5)
+	var peak, leased int64
+	if err := db.QueryRowContext(ctx, "SELECT peak_per_s, leased FROM ticketd_lease_rates WHERE namespace = 'a' AND peer_offset = 2").Scan(&peak, &leased); err != nil {
+		t.Fatal(err)
+	}
+	if peak != 100 || leased != 105 {
+		t.Errorf("lease rates of a: peak %d, leased %d; want 100 and 105", peak, leased)
+	}
+	for _, q := range []string{markSQL, paceSQL} {
+		if strings.Contains(q, "VALUES(") {
+			t.Errorf("a water-mark statement uses VALUES(col), which MySQL 8.0.20 and later warn about on every write:\n%s", q)
+		}
+	}
 }

@@ -484,7 +484,7 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 		}
 		d.rows[k] = r
 		return result{n: 1}, nil
-	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks") && strings.Contains(q, "VALUES(server_identity)"):
+	case strings.HasPrefix(q, "INSERT INTO ticketd_watermarks") && strings.Contains(q, ") AS mark ON DUPLICATE KEY UPDATE"):
 		// rows of namespace, offset, mark, now, identity
 		var n int64
 		for ; len(a) >= 5; a = a[5:] {
@@ -608,7 +608,7 @@ func (s *Server) pace(q string, a []driver.Value, nowUS int64) (driver.Result, e
 		r.peak, r.updatedUS = max(r.peak, i64(a[len(a)-2])), i64(a[len(a)-1])
 		return result{n: 2}, nil
 	}
-	if strings.Contains(q, "VALUES(leased)") {
+	if strings.Contains(q, ") AS rate ON DUPLICATE KEY UPDATE") {
 		// rows of namespace, offset, rate, now, span, span, interval; then window, window, window
 		win := a[len(a)-3:]
 		var n int64

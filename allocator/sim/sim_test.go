@@ -1,3 +1,9 @@
+//go:build !race
+
+// The simulation's tests run without the race detector, which slows the simulated servers some forty
+// times (the fixed budget took 36 minutes under it on two cores); scripts/test.sh runs them in a stage of
+// their own. race_test.go checks, under the detector, that exploring on parallel workers shares nothing.
+
 package sim
 
 import (

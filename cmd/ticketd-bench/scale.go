@@ -55,10 +55,10 @@ func (c *scaleCmd) flags(fs *flag.FlagSet) {
 
 // ScaleRow is one namespace count's measurements.
 type ScaleRow struct {
-	Namespaces    int     `json:"namespaces"`
-	RSSMiB        float64 `json:"rss_mib"`
-	FreshRSSMiB   float64 `json:"fresh_rss_mib"`
-	ScrapeMS      float64 `json:"scrape_ms"`
+	Namespaces  int     `json:"namespaces"`
+	RSSMiB      float64 `json:"rss_mib"`
+	FreshRSSMiB float64 `json:"fresh_rss_mib"`
+	ScrapeMS    float64 `json:"scrape_ms"`
 	// ScrapeAgainMS is the slower of two later scrapes: one that starts the next reading of the
 	// counters in the background, and one after it.
 	ScrapeAgainMS float64 `json:"scrape_again_ms"`

@@ -66,6 +66,12 @@ func (f Front[S, R]) Settings(ctx context.Context, name string) (allocator.Names
 	return f.set.ReadSettings(ctx, name)
 }
 
+// SharedSettings returns the namespace's settings as leases use them, refreshed with every other
+// namespace's (see Set.SharedSettings).
+func (f Front[S, R]) SharedSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	return f.set.SharedSettings(ctx, name)
+}
+
 // Namespaces lists the namespaces known to any usable server, sorted by name, each with every
 // server's counter.
 func (f Front[S, R]) Namespaces(ctx context.Context) ([]allocator.Namespace, error) {

@@ -229,34 +229,43 @@ func (set *Set[S, R]) checkLowering(ctx context.Context, ns allocator.Namespace,
 	return allocator.CheckLowering(ns.Name, ns.MaxID, cur.HighestIssued())
 }
 
-// Namespace returns a namespace's latest settings with each server's state. Its caller asks for the
-// settings as they are now (an admin, or a process that must see a change another one made), so they
-// are read from the servers, not from the copy leases use, which that read renews.
+// Namespace returns a namespace's latest settings, read from the servers (see ReadSettings), with
+// each server's state.
 func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States) (allocator.Namespace, error) {
-	if err := allocator.ValidateName(name); err != nil {
-		return allocator.Namespace{}, err
-	}
-	if set.closed.Load() {
-		return allocator.Namespace{}, allocator.ErrClosed
-	}
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	now := set.cfg.Now()
-	r, err := set.Latest(ctx, name)
+	ns, err := set.ReadSettings(ctx, name)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
-	set.keep(name, r, now)
-	ns := r.Namespace()
 	ns.Servers = states(ctx, []string{name})[name]
 	return ns, nil
 }
 
-// ReadSettings returns a namespace's settings without any server's state: the copy leases use (see
+// ReadSettings returns a namespace's latest settings as Latest reads them, without any server's state,
+// and keeps them as the copy leases use (see Settings): one read serves both.
+func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	return set.readSettings(ctx, name, func(ctx context.Context) (R, error) {
+		now := set.cfg.Now()
+		r, err := set.Latest(ctx, name)
+		if err == nil {
+			set.keep(name, r, now)
+		}
+		return r, err
+	})
+}
+
+// SharedSettings returns a namespace's settings without any server's state: the copy leases use (see
 // Settings), read alone the first time and then with every other namespace's once it is SettingsTTL
 // old, so that a caller refreshing many namespaces' settings (the segment cache) costs the servers a
-// read per SettingsTTL, not one per namespace.
-func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+// read per SettingsTTL, not one per namespace. The copy may be up to SettingsTTL old (and older while
+// no server answers): ReadSettings is for a caller that must see a change at once.
+func (set *Set[S, R]) SharedSettings(ctx context.Context, name string) (allocator.Namespace, error) {
+	return set.readSettings(ctx, name, func(ctx context.Context) (R, error) { return set.Settings(ctx, name) })
+}
+
+// readSettings checks the name and that the set is open, and reads with read under the set's timeout.
+func (set *Set[S, R]) readSettings(ctx context.Context, name string, read func(context.Context) (R, error)) (allocator.Namespace, error) {
 	if err := allocator.ValidateName(name); err != nil {
 		return allocator.Namespace{}, err
 	}
@@ -265,7 +274,7 @@ func (set *Set[S, R]) ReadSettings(ctx context.Context, name string) (allocator.
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	r, err := set.Settings(ctx, name)
+	r, err := read(ctx)
 	if err != nil {
 		return allocator.Namespace{}, err
 	}
