@@ -383,10 +383,10 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.ns.MaxBlockSize)
 	}
-	maxID := settings.ns.WithDefaults().MaxID
-	if latest, err := p.set.Latest(ctx, namespace); err == nil {
-		maxID = min(maxID, latest.ns.WithDefaults().MaxID)
-	}
+	maxID := failover.RepairCeiling(settings.ns.WithDefaults().MaxID, func() (int64, error) {
+		latest, err := p.set.Latest(ctx, namespace)
+		return latest.ns.WithDefaults().MaxID, err
+	})
 	base := max(res.Watermark, res.Before)
 	target, clamped := failover.RepairTarget(base, res.Margin, v.increment, v.offset, maxID)
 	if clamped {

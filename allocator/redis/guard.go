@@ -305,7 +305,10 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = failover.RepairMargin(s.peaks(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
-	maxID := latest.ns.WithDefaults().MaxID
+	maxID := failover.RepairCeiling(latest.ns.WithDefaults().MaxID, func() (int64, error) {
+		newest, err := s.set.Latest(ctx, namespace)
+		return newest.ns.WithDefaults().MaxID, err
+	})
 	base := max(res.Watermark, res.Before)
 	target, clamped := failover.RepairTarget(base, res.Margin, s.cfg.Stride, in.offset, maxID)
 	if clamped {

@@ -75,3 +75,14 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulationSeedsThatFoundBugs replays the seeds that found a way to issue an ID twice in the code,
+// each fixed since: 10161 and 125047, a repair's margin stopped at the max_id of a row restored from
+// before that max_id was raised, below IDs the server had issued under the raised one.
+func TestSimulationSeedsThatFoundBugs(t *testing.T) {
+	for _, seed := range []uint64{10161, 125047} {
+		if r := Run(seed, Off{}); r.Failed() {
+			t.Error(r.Report(80))
+		}
+	}
+}

@@ -195,6 +195,19 @@ func RepairTarget(base, margin, step, offset, maxID int64) (target int64, clampe
 	return target, false
 }
 
+// RepairCeiling is the max_id a repair's margin may stop at (see RepairTarget): the higher of the one
+// the repaired server holds and the newest the servers and this process hold (newest), and none when
+// the newest cannot be read. A server restored from a copy older than a raise of max_id holds a lower
+// one than it may have issued up to since; one older than a lowering, a higher one, which costs
+// nothing but IDs past the ceiling.
+func RepairCeiling(own int64, newest func() (int64, error)) int64 {
+	n, err := newest()
+	if err != nil {
+		return math.MaxInt64
+	}
+	return max(own, n)
+}
+
 // ClampedMargin says why a repair stopped at the ceiling maxID.
 func ClampedMargin(server string, maxID int64) string {
 	return fmt.Sprintf("clamped at max_id %d: %s has nothing left to issue safely for this namespace (any ID it holds below max_id may have been issued after the last water mark); the other servers issue what remains", maxID, server)
