@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on real servers: formatting, vet, tidy modules, and every test with the race
 # detector, against the throwaway MariaDB pair and Redis that scripts/with-servers.sh starts and stops;
-# then the simulation's fixed budget, every fuzz target briefly and a 60 s chaos run. It takes 20 to 30
+# then the simulation's fixed budget, every fuzz target briefly and a 60 s chaos run. It takes 12 to 20
 # minutes on 2 cores.
 # Extra arguments go to `go test` (e.g. scripts/test.sh -run TestParity).
 set -euo pipefail
