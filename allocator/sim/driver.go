@@ -543,15 +543,7 @@ func (s *Server) updateRow(w *World, q string, a []driver.Value) (driver.Result,
 		return result{}, nil
 	}
 	before := *r
-	if i64(a[0]) > r.updatedUS {
-		r.block = i64(a[1])
-	}
-	if i64(a[2]) > r.updatedUS {
-		r.maxBlock = i64(a[3])
-	}
-	if i64(a[4]) > r.updatedUS {
-		r.ttlMS = i64(a[5])
-	}
+	r.takeSizes(a)
 	if i64(a[6]) > r.maxIDUS || (i64(a[7]) == r.maxIDUS && i64(a[8]) < r.maxID) {
 		r.maxID = i64(a[9])
 	}
@@ -565,6 +557,20 @@ func (s *Server) updateRow(w *World, q string, a []driver.Value) (driver.Result,
 	return result{n: 1}, nil
 }
 
+// takeSizes sets the block sizes and the lease TTL that the first six parameters of a namespace change
+// carry (each its time, then its value), where that time is newer than the row's settings.
+func (r *row) takeSizes(a []driver.Value) {
+	if i64(a[0]) > r.updatedUS {
+		r.block = i64(a[1])
+	}
+	if i64(a[2]) > r.updatedUS {
+		r.maxBlock = i64(a[3])
+	}
+	if i64(a[4]) > r.updatedUS {
+		r.ttlMS = i64(a[5])
+	}
+}
+
 // updateRowBefore6 answers the namespace change of the releases before schema 6: the ceiling by the
 // settings' time, and a lowering refused in the statement when the row issued above it.
 func (s *Server) updateRowBefore6(w *World, a []driver.Value) (driver.Result, error) {
@@ -575,15 +581,7 @@ func (s *Server) updateRowBefore6(w *World, a []driver.Value) (driver.Result, er
 		return result{}, nil
 	}
 	before := *r
-	if i64(a[0]) > r.updatedUS {
-		r.block = i64(a[1])
-	}
-	if i64(a[2]) > r.updatedUS {
-		r.maxBlock = i64(a[3])
-	}
-	if i64(a[4]) > r.updatedUS {
-		r.ttlMS = i64(a[5])
-	}
+	r.takeSizes(a)
 	if i64(a[6]) > r.updatedUS {
 		r.maxID = i64(a[7])
 	}
