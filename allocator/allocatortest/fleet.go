@@ -101,6 +101,56 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("ReplicaPromotedInAServersPlace", func(t *testing.T) {
 		runReplicaPromoted(t, newFleet(t))
 	})
+	t.Run("StartAdvancedThenAServerLostItsData", func(t *testing.T) {
+		runStartAdvancedThenLost(t, newFleet(t))
+	})
+}
+
+// runStartAdvancedThenLost: an admin process advances the namespace's start far above the water marks
+// and exits before it writes a mark; a process leases from A from the new start and crashes before its
+// first mark; then A loses its data. The marks the peers hold for A are from before the advance, so a
+// repair that adds its margin to them alone puts A's counter back at the start, and A issues again the
+// IDs it issued from there. The repair must count from the start at least.
+func runStartAdvancedThenLost(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a := f.Name(0)
+	p1 := r.serving(f, ProcessOptions{})
+	if err := p1.Close(); err != nil { // its last marks: B holds A's counter from before the advance
+		t.Fatal(err)
+	}
+	const start = 1_000_000_000
+	admin := f.Process(t, ProcessOptions{WatermarkInterval: time.Hour})
+	if _, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, Start: start}); err != nil {
+		t.Fatal(err)
+	}
+	admin.Crash()
+	p2 := f.Process(t, ProcessOptions{WatermarkInterval: time.Hour})
+	for _, blk := range r.leaseFrom(p2, a, 3) {
+		if blk.Server != a || blk.Start < start {
+			t.Fatalf("after the start was advanced to %d, a lease preferring %s returned %v", start, a, blk)
+		}
+	}
+	p2.Crash()
+	highestA := Highest(r.blocks, a)
+	if err := f.Wipe(r.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	p3 := f.Process(t, ProcessOptions{})
+	t.Cleanup(func() { _ = p3.Close() })
+	FencedHealth(t, p3, a)
+	res, err := p3.Repair(r.ctx, "orders", a, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("repair: mark %d, margin %d (%s), counter now %d", res.Watermark, res.Margin, res.MarginWhy, res.After)
+	if res.After <= highestA {
+		t.Fatalf("the repair moved %s to %d, but it had issued up to %d from the start %d (mark %d, margin %d: %s)",
+			a, res.After, highestA, start, res.Watermark, res.Margin, res.MarginWhy)
+	}
+	if blk := r.untilFrom(p3, a); blk.Start <= highestA {
+		t.Fatalf("after the repair %s leased %v, not above %d", a, blk, highestA)
+	}
+	r.disjoint()
 }
 
 // serving opens a process tuned by o, creates namespace "orders" (blocks of 100) through it and leases

@@ -383,11 +383,16 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.ns.MaxBlockSize)
 	}
+	start := settings.ns.Start
 	maxID := failover.RepairCeiling(settings.ns.WithDefaults().MaxID, func() (int64, error) {
 		latest, err := p.set.Latest(ctx, namespace)
+		start = max(start, latest.ns.Start)
 		return latest.ns.WithDefaults().MaxID, err
 	})
-	base := max(res.Watermark, res.Before)
+	base, from := failover.RepairBase(res.Watermark, res.Before, start)
+	if from != "" {
+		res.MarginWhy += "; " + from
+	}
 	target, clamped := failover.RepairTarget(base, res.Margin, v.increment, v.offset, maxID)
 	if clamped {
 		res.MarginWhy += "; " + failover.ClampedMargin(s.Name(), maxID)

@@ -305,11 +305,16 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = failover.RepairMargin(s.peaks(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
+	start := latest.Namespace().Start // the highest start it was created or advanced with
 	maxID := failover.RepairCeiling(latest.ns.WithDefaults().MaxID, func() (int64, error) {
 		newest, err := s.set.Latest(ctx, namespace)
+		start = max(start, newest.Namespace().Start)
 		return newest.ns.WithDefaults().MaxID, err
 	})
-	base := max(res.Watermark, res.Before)
+	base, from := failover.RepairBase(res.Watermark, res.Before, start)
+	if from != "" {
+		res.MarginWhy += "; " + from
+	}
 	target, clamped := failover.RepairTarget(base, res.Margin, s.cfg.Stride, in.offset, maxID)
 	if clamped {
 		res.MarginWhy += "; " + failover.ClampedMargin(in.Name(), maxID)

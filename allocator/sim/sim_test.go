@@ -78,9 +78,11 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 
 // TestSimulationSeedsThatFoundBugs replays the seeds that found a way to issue an ID twice in the code,
 // each fixed since: 10161 and 125047, a repair's margin stopped at the max_id of a row restored from
-// before that max_id was raised, below IDs the server had issued under the raised one.
+// before that max_id was raised, below IDs the server had issued under the raised one; 105615, 114916,
+// 122165, 122833, 128565 and 138391, a repair added its margin to a water mark from before the start
+// was advanced, and put the counter back at the start, below IDs issued from there.
 func TestSimulationSeedsThatFoundBugs(t *testing.T) {
-	for _, seed := range []uint64{10161, 125047} {
+	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391} {
 		if r := Run(seed, Off{}); r.Failed() {
 			t.Error(r.Report(80))
 		}

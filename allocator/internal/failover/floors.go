@@ -195,6 +195,18 @@ func RepairTarget(base, margin, step, offset, maxID int64) (target int64, clampe
 	return target, false
 }
 
+// RepairBase is the counter a repair's margin is added to: the highest of the water mark, the
+// server's counter before the repair, and the namespace's start. Every server may have issued IDs from
+// the start up since an advance of it returned, and the advance moved the counters without a water
+// mark. from says when the start is the highest, for the repair's report.
+func RepairBase(mark, before, start int64) (base int64, from string) {
+	base = max(mark, before)
+	if start > base {
+		return start, fmt.Sprintf("counted from the namespace's start %d, above the water mark and the counter", start)
+	}
+	return base, ""
+}
+
 // RepairCeiling is the max_id a repair's margin may stop at (see RepairTarget): the higher of the one
 // the repaired server holds and the newest the servers and this process hold (newest), and none when
 // the newest cannot be read. A server restored from a copy older than a raise of max_id holds a lower
