@@ -318,6 +318,9 @@ func (w *World) goBack(s *Server, kind string) {
 	promote := kind == "replica promoted"
 	if why := w.legal(s, snap.at, nd, promote); why != "" {
 		w.counts["skipped: "+kind]++
+		if strings.HasPrefix(why, "it issued") {
+			w.logf("server %s: no %s: %s", s.name, kind, why)
+		}
 		return
 	}
 	s.data, s.wentBack, s.steadySince = nd, w.now, w.now
@@ -369,6 +372,9 @@ func (w *World) legal(s *Server, at time.Time, nd *data, promote bool) string {
 		if old[o.name] == nil {
 			return "no mark old enough"
 		}
+	}
+	if marked := s.markedHigh(w.servers); s.unmarked > marked {
+		return fmt.Sprintf("it issued up to %d while no peer was reached, and no peer's mark holds it (the highest %d)", s.unmarked, marked)
 	}
 	s.notePeak()
 	next := nd.rows[rowKey{namespace, s.offset}]

@@ -87,6 +87,39 @@ type Server struct {
 	steadySince time.Time
 	// peak is the highest counter the server ever had for the namespace: what it issued below.
 	peak int64
+	// unmarked is the highest counter after a lease made by a process that reached none of the
+	// server's peers at the time (down, cut off, replies lost): its marks could not be written until
+	// it reached one again, or ever, when it ended first. The guarantees leave a server that goes
+	// back in time before a peer's mark passes it to the operator (see legal).
+	unmarked int64
+}
+
+// markedHigh is the highest mark the peers of s hold for it now.
+func (s *Server) markedHigh(servers []*Server) int64 {
+	var h int64
+	for _, o := range servers {
+		if o == s {
+			continue
+		}
+		if m := o.data.marks[peerKey{namespace, s.offset}]; m != nil {
+			h = max(h, m.high)
+		}
+	}
+	return h
+}
+
+// reachesPeer reports whether the process reaches a peer of s now, where it could write the marks of
+// what it leased from s.
+func (w *World) reachesPeer(p *Proc, s *Server) bool {
+	for _, o := range w.servers {
+		if o == s || !o.up {
+			continue
+		}
+		if st := w.links[p.name+"/"+o.name]; st == linkOK || st == linkSlow {
+			return true
+		}
+	}
+	return false
 }
 
 type snapshot struct {
@@ -382,6 +415,11 @@ func (w *World) record(p *Proc, b allocator.Block, f inForce) {
 	}
 	w.issued[res] = append(w.issued[res], [2]int64{b.Start, last})
 	w.highest = max(w.highest, last)
+	for _, s := range w.servers {
+		if s.name == b.Server && !w.reachesPeer(p, s) {
+			s.unmarked = max(s.unmarked, last+1)
+		}
+	}
 }
 
 // checkFences: a server that never went back in time is fenced by no process. (One that was repaired
