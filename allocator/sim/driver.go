@@ -195,6 +195,23 @@ func fold(q string) string {
 	return f
 }
 
+// listed caches the lists a statement's text names (its columns, its variables), by the text and
+// the part of it that is the list: the same few texts are parsed once, not at every answer. The
+// lists are shared: nothing may change them.
+var listed sync.Map
+
+type listKey struct{ q, part string }
+
+func list(q, part string) []string {
+	k := listKey{q, part}
+	if l, ok := listed.Load(k); ok {
+		return l.([]string)
+	}
+	l := strings.Split(part, ", ")
+	listed.Store(k, l)
+	return l
+}
+
 func values(args []driver.NamedValue) []driver.Value {
 	out := make([]driver.Value, len(args))
 	for i, a := range args {
@@ -285,10 +302,10 @@ func (r *row) column(c string) driver.Value {
 // the backend sends four.
 func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
 	from := strings.Index(q, " FROM ticketd_namespaces")
-	cols := strings.Split(strings.TrimPrefix(q[:from], "SELECT "), ", ")
+	cols := list(q, strings.TrimPrefix(q[:from], "SELECT "))
 	var keep func(*row) bool
 	var newest bool
-	switch where := strings.TrimPrefix(q[from:], " FROM ticketd_namespaces"); where {
+	switch where := q[from+len(" FROM ticketd_namespaces"):]; where {
 	case " ORDER BY name, id_offset":
 		keep = func(*row) bool { return true }
 	case " WHERE id_offset = ? ORDER BY name":
@@ -323,16 +340,10 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 	d := s.data
 	switch {
 	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
-		vars := map[string]driver.Value{"auto_increment_increment": s.step, "auto_increment_offset": s.offset,
-			"innodb_flush_log_at_trx_commit": int64(1), "log_bin": int64(1), "sync_binlog": int64(1),
-			"version": "10.11.6-MariaDB-sim", "read_only": int64(0), "server_id": s.identity(w)}
-		names := strings.Split(strings.TrimPrefix(q, "SELECT "), ", ")
+		names := list(q, strings.TrimPrefix(q, "SELECT "))
 		v := make([]driver.Value, len(names))
 		for i, n := range names {
-			var ok bool
-			if v[i], ok = vars[strings.TrimPrefix(n, "@@GLOBAL.")]; !ok {
-				panic("sim: variable not simulated: " + n)
-			}
+			v[i] = s.variable(w, n)
 		}
 		return &rows{cols: names, vals: [][]driver.Value{v}}, nil
 	case strings.HasPrefix(q, "SHOW GLOBAL VARIABLES"), strings.HasPrefix(q, "SHOW GLOBAL STATUS"):
@@ -346,7 +357,7 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 	case strings.HasPrefix(q, "SELECT ") && strings.Contains(q, " FROM ticketd_namespaces"):
 		return s.selectRows(w, q, a), nil
 	case strings.HasPrefix(q, "SELECT namespace, high_water"):
-		cols := strings.Split(strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "), ", ")
+		cols := list(q, strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "))
 		out := &rows{cols: cols}
 		if w.Off.PeerMarks {
 			return out, nil
@@ -385,6 +396,25 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 		return &rows{cols: []string{"n", "m"}, vals: [][]driver.Value{{n, last}}}, nil
 	}
 	panic("sim: query not simulated: " + q)
+}
+
+// variable is the value of a global variable as a SELECT of @@GLOBAL.name reads it.
+func (s *Server) variable(w *World, n string) driver.Value {
+	switch n {
+	case "@@GLOBAL.auto_increment_increment":
+		return s.step
+	case "@@GLOBAL.auto_increment_offset":
+		return s.offset
+	case "@@GLOBAL.innodb_flush_log_at_trx_commit", "@@GLOBAL.log_bin", "@@GLOBAL.sync_binlog":
+		return int64(1)
+	case "@@GLOBAL.version":
+		return "10.11.6-MariaDB-sim"
+	case "@@GLOBAL.read_only":
+		return int64(0)
+	case "@@GLOBAL.server_id":
+		return s.identity(w)
+	}
+	panic("sim: variable not simulated: " + n)
 }
 
 func orZero(v driver.Value) driver.Value {

@@ -36,11 +36,11 @@ func TestSimulation(t *testing.T) {
 func TestSimulationReplaysASeed(t *testing.T) {
 	for _, seed := range []uint64{3, 41, 105} {
 		a, b := Run(seed, Off{}), Run(seed, Off{})
-		if !slices.Equal(a.Trace, b.Trace) {
+		if !slices.Equal(a.Trace(), b.Trace()) {
 			t.Fatalf("seed %d: two runs differ:\n%s\n----\n%s", seed, a.Report(1000), b.Report(1000))
 		}
-		if len(a.Trace) < 10 {
-			t.Fatalf("seed %d: a trace of %d lines", seed, len(a.Trace))
+		if len(a.Trace()) < 10 {
+			t.Fatalf("seed %d: a trace of %d lines", seed, len(a.Trace()))
 		}
 	}
 }

@@ -155,15 +155,27 @@ type World struct {
 	ns       allocator.Namespace  // the settings the admin last set
 	highest  int64
 
-	trace     []string
+	trace     []line
 	counts    map[string]int
 	violation string
 	ctx       context.Context
 }
 
-// step appends a line to the trace.
+// logf appends a line to the trace. Its arguments are values (no pointers), kept as they are now and
+// formatted only when the trace is read: most schedules pass, and their traces are never read.
 func (w *World) logf(format string, args ...any) {
-	w.trace = append(w.trace, fmt.Sprintf("%8.3fs ", w.now.Sub(w.start).Seconds())+fmt.Sprintf(format, args...))
+	w.trace = append(w.trace, line{at: w.now.Sub(w.start), format: format, args: args})
+}
+
+// line is one line of a trace, not yet formatted.
+type line struct {
+	at     time.Duration // since the schedule began
+	format string
+	args   []any
+}
+
+func (l line) String() string {
+	return fmt.Sprintf("%8.3fs ", l.at.Seconds()) + fmt.Sprintf(l.format, l.args...)
 }
 
 func (w *World) fail(format string, args ...any) {
@@ -419,23 +431,32 @@ type Result struct {
 	Steps     int
 	Counts    map[string]int
 	Violation string
-	Trace     []string
+	lines     []line
 }
 
 // Failed reports whether the schedule broke an invariant.
 func (r Result) Failed() bool { return r.Violation != "" }
 
+// Trace is the schedule's trace: the events, in order, each after its simulated time.
+func (r Result) Trace() []string {
+	out := make([]string, len(r.lines))
+	for i, l := range r.lines {
+		out[i] = l.String()
+	}
+	return out
+}
+
 // Report is the seed, the violation and the last lines of the trace: what a failure prints.
 func (r Result) Report(lines int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %s\n", r.Seed, r.Violation)
-	t := r.Trace
+	t := r.lines
 	if len(t) > lines {
 		fmt.Fprintf(&b, "  ... %d earlier lines\n", len(t)-lines)
 		t = t[len(t)-lines:]
 	}
 	for _, l := range t {
-		b.WriteString("  " + l + "\n")
+		b.WriteString("  " + l.String() + "\n")
 	}
 	fmt.Fprintf(&b, "replay: ticketd-bench sim --seed %d --schedules 1%s", r.Seed, r.Off.flag())
 	return b.String()
