@@ -234,6 +234,12 @@ func (w *World) runtime(p *Proc) allocator.Runtime {
 			return true
 		},
 		Go: func(fn func()) { fn() },
+		// The simulated servers answer at once: no real deadline passes within a schedule, and a
+		// simulated wait (a slow link) is on the world's clock. The bounds are left out, so a call's
+		// context is the caller's and no statement waits on a timer or a watching goroutine.
+		Timeout: func(ctx context.Context, _ time.Duration) (context.Context, context.CancelFunc) {
+			return ctx, func() {}
+		},
 		Every: func(d time.Duration, stop <-chan struct{}, fn func()) func() {
 			if p == nil {
 				return func() {}
