@@ -101,10 +101,11 @@ type connector struct {
 	w    *World
 	from string
 	srv  *Server
+	link string // the key of the link between them: from/server
 }
 
 func (c connector) Connect(context.Context) (driver.Conn, error) {
-	if err := c.w.reach(c.from, c.srv); err != nil {
+	if err := c.w.reach(c.link, c.srv); err != nil {
 		return nil, err
 	}
 	return &conn{connector: c, epoch: c.srv.epoch}, nil
@@ -143,7 +144,7 @@ func (c *conn) Ping(context.Context) error {
 	if c.epoch != c.srv.epoch {
 		return driver.ErrBadConn
 	}
-	return c.w.reach(c.from, c.srv)
+	return c.w.reach(c.link, c.srv)
 }
 
 // begin checks the way to the server before a statement runs.
@@ -151,7 +152,7 @@ func (c *conn) begin() error {
 	if c.srv.up && c.epoch != c.srv.epoch {
 		return driver.ErrBadConn
 	}
-	return c.w.reach(c.from, c.srv)
+	return c.w.reach(c.link, c.srv)
 }
 
 func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -163,7 +164,7 @@ func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedV
 	if err != nil {
 		return nil, err
 	}
-	if c.w.replyLost(c.from, c.srv) {
+	if c.w.replyLost(c.link) {
 		return nil, errNetwork
 	}
 	return res, nil
@@ -177,7 +178,7 @@ func (c *conn) QueryContext(_ context.Context, query string, args []driver.Named
 	if err != nil {
 		return nil, err
 	}
-	if c.w.replyLost(c.from, c.srv) {
+	if c.w.replyLost(c.link) {
 		return nil, errNetwork
 	}
 	return rs, nil

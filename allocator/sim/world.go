@@ -185,12 +185,13 @@ func (w *World) fail(format string, args ...any) {
 	}
 }
 
-// reach reports whether the party from reaches the server now; a slow link takes time.
-func (w *World) reach(from string, s *Server) error {
+// reach reports whether a party reaches the server s over link (party/server) now; a slow link
+// takes time.
+func (w *World) reach(link string, s *Server) error {
 	if !s.up {
 		return fmt.Errorf("sim: %s: connection refused", s.name)
 	}
-	switch w.links[from+"/"+s.name] {
+	switch w.links[link] {
 	case linkCut:
 		return errNetwork
 	case linkSlow:
@@ -199,8 +200,8 @@ func (w *World) reach(from string, s *Server) error {
 	return nil
 }
 
-func (w *World) replyLost(from string, s *Server) bool {
-	return w.links[from+"/"+s.name] == linkLossy && w.rng.IntN(2) == 0
+func (w *World) replyLost(link string) bool {
+	return w.links[link] == linkLossy && w.rng.IntN(2) == 0
 }
 
 // wrote counts a write by from, and cuts it off from every server once its budget is spent.
@@ -261,7 +262,7 @@ func (w *World) open(name string, order []int, p *Proc) (*mysql.Store, error) {
 	for _, i := range order {
 		s := w.servers[i]
 		cfg.Names = append(cfg.Names, s.name)
-		cfg.Connectors = append(cfg.Connectors, connector{w: w, from: name, srv: s})
+		cfg.Connectors = append(cfg.Connectors, connector{w: w, from: name, srv: s, link: name + "/" + s.name})
 	}
 	return mysql.Open(w.ctx, cfg)
 }
