@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -84,11 +83,11 @@ func (d *data) sortedRows(keep func(*row) bool) []*row {
 			out = append(out, r)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].name != out[j].name {
-			return out[i].name < out[j].name
+	slices.SortFunc(out, func(a, b *row) int {
+		if c := cmp.Compare(a.name, b.name); c != 0 {
+			return c
 		}
-		return out[i].offset < out[j].offset
+		return cmp.Compare(a.offset, b.offset)
 	})
 	return out
 }
@@ -160,7 +159,7 @@ func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedV
 		return nil, err
 	}
 	c.w.wrote(c.from)
-	res, err := c.srv.exec(c.w, fold(query), values(args))
+	res, err := c.srv.exec(c.w, parse(query).q, values(args))
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +173,7 @@ func (c *conn) QueryContext(_ context.Context, query string, args []driver.Named
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
-	rs, err := c.srv.query(c.w, fold(query), values(args))
+	rs, err := c.srv.query(c.w, parse(query), values(args))
 	if err != nil {
 		return nil, err
 	}
@@ -184,33 +183,38 @@ func (c *conn) QueryContext(_ context.Context, query string, args []driver.Named
 	return rs, nil
 }
 
-// folded caches fold: the backend sends a few dozen texts, millions of times.
-var folded sync.Map
+// statements caches what the simulated server takes from each statement text: the text with its
+// whitespace folded, and the lists it names (columns, variables). The backend sends a few dozen texts,
+// millions of times; each is parsed once. The lists are shared: nothing may change them.
+var statements sync.Map
 
-func fold(q string) string {
-	if f, ok := folded.Load(q); ok {
-		return f.(string)
-	}
-	f := strings.Join(strings.Fields(q), " ")
-	folded.Store(q, f)
-	return f
+type stmt struct {
+	q string // the text, whitespace folded
+	// cols are the columns (or the variables) a SELECT names, for the SELECTs whose answer follows
+	// them; where is what follows the table of a SELECT of namespace rows.
+	cols      []string
+	rowSelect bool
+	where     string
 }
 
-// listed caches the lists a statement's text names (its columns, its variables), by the text and
-// the part of it that is the list: the same few texts are parsed once, not at every answer. The
-// lists are shared: nothing may change them.
-var listed sync.Map
-
-type listKey struct{ q, part string }
-
-func list(q, part string) []string {
-	k := listKey{q, part}
-	if l, ok := listed.Load(k); ok {
-		return l.([]string)
+func parse(query string) *stmt {
+	if st, ok := statements.Load(query); ok {
+		return st.(*stmt)
 	}
-	l := strings.Split(part, ", ")
-	listed.Store(k, l)
-	return l
+	q := strings.Join(strings.Fields(query), " ")
+	st := &stmt{q: q}
+	const table = " FROM ticketd_namespaces"
+	switch {
+	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
+		st.cols = strings.Split(strings.TrimPrefix(q, "SELECT "), ", ")
+	case strings.HasPrefix(q, "SELECT ") && strings.Contains(q, table):
+		from := strings.Index(q, table)
+		st.rowSelect, st.cols, st.where = true, strings.Split(strings.TrimPrefix(q[:from], "SELECT "), ", "), q[from+len(table):]
+	case strings.HasPrefix(q, "SELECT namespace, high_water"):
+		st.cols = strings.Split(strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "), ", ")
+	}
+	statements.Store(query, st)
+	return st
 }
 
 func values(args []driver.NamedValue) []driver.Value {
@@ -301,12 +305,11 @@ func (r *row) column(c string) driver.Value {
 
 // selectRows answers a SELECT of namespace rows: its columns, and its WHERE and ORDER BY, of which
 // the backend sends four.
-func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
-	from := strings.Index(q, " FROM ticketd_namespaces")
-	cols := list(q, strings.TrimPrefix(q[:from], "SELECT "))
+func (s *Server) selectRows(w *World, st *stmt, a []driver.Value) driver.Rows {
+	cols := st.cols
 	var keep func(*row) bool
 	var newest bool
-	switch where := q[from+len(" FROM ticketd_namespaces"):]; where {
+	switch st.where {
 	case " ORDER BY name, id_offset":
 		keep = func(*row) bool { return true }
 	case " WHERE id_offset = ? ORDER BY name":
@@ -318,11 +321,11 @@ func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
 	case " WHERE name = ? ORDER BY updated_us DESC LIMIT 1":
 		keep, newest = func(r *row) bool { return r.name == str(a[0]) }, true
 	default:
-		panic("sim: query not simulated: " + q)
+		panic("sim: query not simulated: " + st.q)
 	}
 	rs := s.data.sortedRows(keep)
 	if newest {
-		sort.SliceStable(rs, func(i, j int) bool { return rs[i].updatedUS > rs[j].updatedUS })
+		slices.SortStableFunc(rs, func(a, b *row) int { return cmp.Compare(b.updatedUS, a.updatedUS) })
 		rs = rs[:min(1, len(rs))]
 	}
 	out := &rows{cols: cols}
@@ -337,11 +340,11 @@ func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
 }
 
 // query answers a SELECT or SHOW.
-func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error) {
-	d := s.data
+func (s *Server) query(w *World, st *stmt, a []driver.Value) (driver.Rows, error) {
+	d, q := s.data, st.q
 	switch {
 	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
-		names := list(q, strings.TrimPrefix(q, "SELECT "))
+		names := st.cols
 		v := make([]driver.Value, len(names))
 		for i, n := range names {
 			v[i] = s.variable(w, n)
@@ -355,19 +358,22 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 		return &rows{}, nil
 	case q == "SELECT MAX(version) FROM ticketd_schema_migrations":
 		return &rows{cols: []string{"v"}, vals: [][]driver.Value{{int64(schema.Latest())}}}, nil
-	case strings.HasPrefix(q, "SELECT ") && strings.Contains(q, " FROM ticketd_namespaces"):
-		return s.selectRows(w, q, a), nil
+	case st.rowSelect:
+		return s.selectRows(w, st, a), nil
 	case strings.HasPrefix(q, "SELECT namespace, high_water"):
-		cols := list(q, strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "))
+		cols := st.cols
 		out := &rows{cols: cols}
 		if w.Off.PeerMarks {
 			return out, nil
 		}
 		off := i64(a[0])
-		for _, k := range keysOf(d.marks) {
-			if k.offset != off {
-				continue
+		var keys []peerKey
+		for k := range d.marks {
+			if k.offset == off {
+				keys = append(keys, k)
 			}
+		}
+		for _, k := range sortKeys(keys) {
 			m := d.marks[k]
 			v := []driver.Value{k.ns, m.high, m.identity}
 			out.vals = append(out.vals, v[:len(cols)])
@@ -426,13 +432,17 @@ func orZero(v driver.Value) driver.Value {
 }
 
 // keysOf returns a table's keys in order.
-func keysOf[V any](m map[peerKey]V) []peerKey {
-	return slices.SortedFunc(maps.Keys(m), func(a, b peerKey) int {
+func keysOf[V any](m map[peerKey]V) []peerKey { return sortKeys(slices.Collect(maps.Keys(m))) }
+
+// sortKeys sorts keys by namespace, then offset.
+func sortKeys(keys []peerKey) []peerKey {
+	slices.SortFunc(keys, func(a, b peerKey) int {
 		if c := cmp.Compare(a.ns, b.ns); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.offset, b.offset)
 	})
+	return keys
 }
 
 // exec answers an INSERT or UPDATE.
