@@ -23,6 +23,9 @@ type Runtime struct {
 	// Every runs fn every d, and soon after each call of the returned kick, until stop is closed.
 	// Default a goroutine with a ticker.
 	Every func(d time.Duration, stop <-chan struct{}, fn func()) (kick func())
+	// Timeout bounds a call or an attempt: ctx, ended d from now, and its cancel. Default
+	// context.WithTimeout, on the real clock.
+	Timeout func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc)
 }
 
 // WithDefaults fills the zero fields but Every (whose default needs its owner's WaitGroup) with the
@@ -39,6 +42,9 @@ func (r Runtime) WithDefaults() Runtime {
 	}
 	if r.Go == nil {
 		r.Go = func(fn func()) { go fn() }
+	}
+	if r.Timeout == nil {
+		r.Timeout = context.WithTimeout
 	}
 	return r
 }

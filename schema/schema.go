@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -138,10 +139,14 @@ func columnExists(err error) bool {
 }
 
 // Latest is the highest migration version this binary knows.
-func Latest() int {
+func Latest() int { return latest() }
+
+// latest reads the embedded migrations once: they are fixed in the binary, and every check of a
+// server's schema (each new connection's verification) asks for it.
+var latest = sync.OnceValue(func() int {
 	migs, err := Migrations()
 	if err != nil || len(migs) == 0 {
 		return 0
 	}
 	return migs[len(migs)-1].Version
-}
+})

@@ -97,7 +97,7 @@ func (s *server) next(name string) {
 // wait under theirs) — unless the server went out of rotation or was checked again with other settings
 // while the group waited.
 func (s *server) runGroup(g *leaseGroup) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.pair.cfg.AttemptTimeout)
+	ctx, cancel := s.pair.cfg.Runtime.Timeout(context.Background(), s.pair.cfg.AttemptTimeout)
 	var blocks []allocator.Block
 	var err error
 	if !s.Usable() || s.view() != g.view {

@@ -178,7 +178,7 @@ func Diagnose(ctx context.Context, cfg Config) (Diagnosis, error) {
 
 func (p *Store) diagnoseServer(ctx context.Context, s *server) ServerDiagnosis {
 	sd := ServerDiagnosis{Name: s.Name()}
-	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	qctx, cancel := p.cfg.Runtime.Timeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	v, err := readVars(qctx, s.ctl)
 	if err != nil {

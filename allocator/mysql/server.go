@@ -180,7 +180,7 @@ func (s *server) verify(ctx context.Context) error {
 // is ErrMisconfigured; a Galera node that may not serve now, errNotSynced; a server that does not
 // answer returns its connection error.
 func (s *server) inspect(ctx context.Context) (serverVars, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.pair.cfg.AttemptTimeout)
+	ctx, cancel := s.pair.cfg.Runtime.Timeout(ctx, s.pair.cfg.AttemptTimeout)
 	defer cancel()
 	v, err := readVars(ctx, s.ctl)
 	if err != nil {
@@ -229,7 +229,7 @@ func (s *server) admit(ctx context.Context) error {
 // was made for the settings v, and no counter is below a water mark; then rows of namespaces changed or
 // created while the server was away catch up.
 func (s *server) checkRows(ctx context.Context, v serverVars) error {
-	ctx, cancel := context.WithTimeout(ctx, 4*s.pair.cfg.AttemptTimeout)
+	ctx, cancel := s.pair.cfg.Runtime.Timeout(ctx, 4*s.pair.cfg.AttemptTimeout)
 	defer cancel()
 	if s.pair.cfg.Migrate {
 		if _, err := schema.Migrate(ctx, s.ctl); err != nil {

@@ -213,7 +213,7 @@ func (p *Store) crossCheck(candidate *server, v serverVars, refused []error) err
 // even when no lease is asking.
 func (p *Store) probe() {
 	for _, s := range p.set.All() {
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.AttemptTimeout)
+		ctx, cancel := p.cfg.Runtime.Timeout(context.Background(), p.cfg.AttemptTimeout)
 		switch {
 		case s.Usable():
 			if err := s.db.PingContext(ctx); err != nil && !p.set.Closed() {

@@ -125,7 +125,7 @@ func batchSQL(stmt string, r derivedRows, n int) string {
 // rolled back for that runs again (see retryConflicts), and only that statement, since adding a
 // process's leases twice would count them twice.
 func (p *Store) writeTo(ctx context.Context, s, peer *server, v serverVars, pace map[string]failover.Pace, now time.Time) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	ctx, cancel := p.cfg.Runtime.Timeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	nowUS := now.UnixMicro()
 	pending := s.marks.Pending(peer.Name())
@@ -178,7 +178,7 @@ func (p *Store) guard() {
 	// Each step has a time of its own: a peer that hangs spends the writes' time, not the time of the
 	// checks of the servers that answer.
 	budget := 4 * p.cfg.AttemptTimeout
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, cancel := p.cfg.Runtime.Timeout(context.Background(), budget)
 	if p.cfg.marksWriting != nil {
 		p.cfg.marksWriting()
 	}
@@ -191,7 +191,7 @@ func (p *Store) guard() {
 		if v == nil || !s.Usable() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		ctx, cancel := p.cfg.Runtime.Timeout(context.Background(), budget)
 		p.guardServer(ctx, s, *v)
 		cancel()
 	}
@@ -242,7 +242,7 @@ func (p *Store) peerMarks(ctx context.Context, s *server, offset int64) map[stri
 // replication keeps for free (a node rebuilt from its peers gets its counter back; one restored from an
 // old backup outside the cluster is below them).
 func (p *Store) readMarks(ctx context.Context, peer, s *server, offset int64) error {
-	qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	qctx, cancel := p.cfg.Runtime.Timeout(ctx, p.cfg.AttemptTimeout)
 	defer cancel()
 	for _, q := range []struct{ query, holder string }{
 		{"SELECT namespace, high_water, server_identity FROM ticketd_watermarks WHERE peer_offset = ?", peer.Name()},
@@ -431,7 +431,7 @@ func (p *Store) defaultMargin(ctx context.Context, s *server, v serverVars, name
 		}
 		var one failover.Peaks
 		var intervalUS int64
-		qctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+		qctx, cancel := p.cfg.Runtime.Timeout(ctx, p.cfg.AttemptTimeout)
 		err := peer.ctl.QueryRowContext(qctx, "SELECT fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates WHERE namespace = ? AND peer_offset = ?",
 			namespace, v.offset).Scan(&one.Fleet, &one.Process, &intervalUS)
 		cancel()

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -84,11 +83,11 @@ func (d *data) sortedRows(keep func(*row) bool) []*row {
 			out = append(out, r)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].name != out[j].name {
-			return out[i].name < out[j].name
+	slices.SortFunc(out, func(a, b *row) int {
+		if c := cmp.Compare(a.name, b.name); c != 0 {
+			return c
 		}
-		return out[i].offset < out[j].offset
+		return cmp.Compare(a.offset, b.offset)
 	})
 	return out
 }
@@ -101,10 +100,11 @@ type connector struct {
 	w    *World
 	from string
 	srv  *Server
+	link string // the key of the link between them: from/server
 }
 
 func (c connector) Connect(context.Context) (driver.Conn, error) {
-	if err := c.w.reach(c.from, c.srv); err != nil {
+	if err := c.w.reach(c.link, c.srv); err != nil {
 		return nil, err
 	}
 	return &conn{connector: c, epoch: c.srv.epoch}, nil
@@ -143,7 +143,7 @@ func (c *conn) Ping(context.Context) error {
 	if c.epoch != c.srv.epoch {
 		return driver.ErrBadConn
 	}
-	return c.w.reach(c.from, c.srv)
+	return c.w.reach(c.link, c.srv)
 }
 
 // begin checks the way to the server before a statement runs.
@@ -151,7 +151,7 @@ func (c *conn) begin() error {
 	if c.srv.up && c.epoch != c.srv.epoch {
 		return driver.ErrBadConn
 	}
-	return c.w.reach(c.from, c.srv)
+	return c.w.reach(c.link, c.srv)
 }
 
 func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -159,11 +159,11 @@ func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedV
 		return nil, err
 	}
 	c.w.wrote(c.from)
-	res, err := c.srv.exec(c.w, fold(query), values(args))
+	res, err := c.srv.exec(c.w, parse(query).q, values(args))
 	if err != nil {
 		return nil, err
 	}
-	if c.w.replyLost(c.from, c.srv) {
+	if c.w.replyLost(c.link) {
 		return nil, errNetwork
 	}
 	return res, nil
@@ -173,26 +173,48 @@ func (c *conn) QueryContext(_ context.Context, query string, args []driver.Named
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
-	rs, err := c.srv.query(c.w, fold(query), values(args))
+	rs, err := c.srv.query(c.w, parse(query), values(args))
 	if err != nil {
 		return nil, err
 	}
-	if c.w.replyLost(c.from, c.srv) {
+	if c.w.replyLost(c.link) {
 		return nil, errNetwork
 	}
 	return rs, nil
 }
 
-// folded caches fold: the backend sends a few dozen texts, millions of times.
-var folded sync.Map
+// statements caches what the simulated server takes from each statement text: the text with its
+// whitespace folded, and the lists it names (columns, variables). The backend sends a few dozen texts,
+// millions of times; each is parsed once. The lists are shared: nothing may change them.
+var statements sync.Map
 
-func fold(q string) string {
-	if f, ok := folded.Load(q); ok {
-		return f.(string)
+type stmt struct {
+	q string // the text, whitespace folded
+	// cols are the columns (or the variables) a SELECT names, for the SELECTs whose answer follows
+	// them; where is what follows the table of a SELECT of namespace rows.
+	cols      []string
+	rowSelect bool
+	where     string
+}
+
+func parse(query string) *stmt {
+	if st, ok := statements.Load(query); ok {
+		return st.(*stmt)
 	}
-	f := strings.Join(strings.Fields(q), " ")
-	folded.Store(q, f)
-	return f
+	q := strings.Join(strings.Fields(query), " ")
+	st := &stmt{q: q}
+	const table = " FROM ticketd_namespaces"
+	switch {
+	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
+		st.cols = strings.Split(strings.TrimPrefix(q, "SELECT "), ", ")
+	case strings.HasPrefix(q, "SELECT ") && strings.Contains(q, table):
+		from := strings.Index(q, table)
+		st.rowSelect, st.cols, st.where = true, strings.Split(strings.TrimPrefix(q[:from], "SELECT "), ", "), q[from+len(table):]
+	case strings.HasPrefix(q, "SELECT namespace, high_water"):
+		st.cols = strings.Split(strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "), ", ")
+	}
+	statements.Store(query, st)
+	return st
 }
 
 func values(args []driver.NamedValue) []driver.Value {
@@ -283,12 +305,11 @@ func (r *row) column(c string) driver.Value {
 
 // selectRows answers a SELECT of namespace rows: its columns, and its WHERE and ORDER BY, of which
 // the backend sends four.
-func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
-	from := strings.Index(q, " FROM ticketd_namespaces")
-	cols := strings.Split(strings.TrimPrefix(q[:from], "SELECT "), ", ")
+func (s *Server) selectRows(w *World, st *stmt, a []driver.Value) driver.Rows {
+	cols := st.cols
 	var keep func(*row) bool
 	var newest bool
-	switch where := strings.TrimPrefix(q[from:], " FROM ticketd_namespaces"); where {
+	switch st.where {
 	case " ORDER BY name, id_offset":
 		keep = func(*row) bool { return true }
 	case " WHERE id_offset = ? ORDER BY name":
@@ -300,11 +321,11 @@ func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
 	case " WHERE name = ? ORDER BY updated_us DESC LIMIT 1":
 		keep, newest = func(r *row) bool { return r.name == str(a[0]) }, true
 	default:
-		panic("sim: query not simulated: " + q)
+		panic("sim: query not simulated: " + st.q)
 	}
 	rs := s.data.sortedRows(keep)
 	if newest {
-		sort.SliceStable(rs, func(i, j int) bool { return rs[i].updatedUS > rs[j].updatedUS })
+		slices.SortStableFunc(rs, func(a, b *row) int { return cmp.Compare(b.updatedUS, a.updatedUS) })
 		rs = rs[:min(1, len(rs))]
 	}
 	out := &rows{cols: cols}
@@ -319,20 +340,14 @@ func (s *Server) selectRows(w *World, q string, a []driver.Value) driver.Rows {
 }
 
 // query answers a SELECT or SHOW.
-func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error) {
-	d := s.data
+func (s *Server) query(w *World, st *stmt, a []driver.Value) (driver.Rows, error) {
+	d, q := s.data, st.q
 	switch {
 	case strings.HasPrefix(q, "SELECT @@GLOBAL.auto_increment_increment"):
-		vars := map[string]driver.Value{"auto_increment_increment": s.step, "auto_increment_offset": s.offset,
-			"innodb_flush_log_at_trx_commit": int64(1), "log_bin": int64(1), "sync_binlog": int64(1),
-			"version": "10.11.6-MariaDB-sim", "read_only": int64(0), "server_id": s.identity(w)}
-		names := strings.Split(strings.TrimPrefix(q, "SELECT "), ", ")
+		names := st.cols
 		v := make([]driver.Value, len(names))
 		for i, n := range names {
-			var ok bool
-			if v[i], ok = vars[strings.TrimPrefix(n, "@@GLOBAL.")]; !ok {
-				panic("sim: variable not simulated: " + n)
-			}
+			v[i] = s.variable(w, n)
 		}
 		return &rows{cols: names, vals: [][]driver.Value{v}}, nil
 	case strings.HasPrefix(q, "SHOW GLOBAL VARIABLES"), strings.HasPrefix(q, "SHOW GLOBAL STATUS"):
@@ -343,19 +358,22 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 		return &rows{}, nil
 	case q == "SELECT MAX(version) FROM ticketd_schema_migrations":
 		return &rows{cols: []string{"v"}, vals: [][]driver.Value{{int64(schema.Latest())}}}, nil
-	case strings.HasPrefix(q, "SELECT ") && strings.Contains(q, " FROM ticketd_namespaces"):
-		return s.selectRows(w, q, a), nil
+	case st.rowSelect:
+		return s.selectRows(w, st, a), nil
 	case strings.HasPrefix(q, "SELECT namespace, high_water"):
-		cols := strings.Split(strings.TrimPrefix(q[:strings.Index(q, " FROM")], "SELECT "), ", ")
+		cols := st.cols
 		out := &rows{cols: cols}
 		if w.Off.PeerMarks {
 			return out, nil
 		}
 		off := i64(a[0])
-		for _, k := range keysOf(d.marks) {
-			if k.offset != off {
-				continue
+		var keys []peerKey
+		for k := range d.marks {
+			if k.offset == off {
+				keys = append(keys, k)
 			}
+		}
+		for _, k := range sortKeys(keys) {
 			m := d.marks[k]
 			v := []driver.Value{k.ns, m.high, m.identity}
 			out.vals = append(out.vals, v[:len(cols)])
@@ -387,6 +405,25 @@ func (s *Server) query(w *World, q string, a []driver.Value) (driver.Rows, error
 	panic("sim: query not simulated: " + q)
 }
 
+// variable is the value of a global variable as a SELECT of @@GLOBAL.name reads it.
+func (s *Server) variable(w *World, n string) driver.Value {
+	switch n {
+	case "@@GLOBAL.auto_increment_increment":
+		return s.step
+	case "@@GLOBAL.auto_increment_offset":
+		return s.offset
+	case "@@GLOBAL.innodb_flush_log_at_trx_commit", "@@GLOBAL.log_bin", "@@GLOBAL.sync_binlog":
+		return int64(1)
+	case "@@GLOBAL.version":
+		return "10.11.6-MariaDB-sim"
+	case "@@GLOBAL.read_only":
+		return int64(0)
+	case "@@GLOBAL.server_id":
+		return s.identity(w)
+	}
+	panic("sim: variable not simulated: " + n)
+}
+
 func orZero(v driver.Value) driver.Value {
 	if v == nil {
 		return int64(0)
@@ -395,13 +432,17 @@ func orZero(v driver.Value) driver.Value {
 }
 
 // keysOf returns a table's keys in order.
-func keysOf[V any](m map[peerKey]V) []peerKey {
-	return slices.SortedFunc(maps.Keys(m), func(a, b peerKey) int {
+func keysOf[V any](m map[peerKey]V) []peerKey { return sortKeys(slices.Collect(maps.Keys(m))) }
+
+// sortKeys sorts keys by namespace, then offset.
+func sortKeys(keys []peerKey) []peerKey {
+	slices.SortFunc(keys, func(a, b peerKey) int {
 		if c := cmp.Compare(a.ns, b.ns); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.offset, b.offset)
 	})
+	return keys
 }
 
 // exec answers an INSERT or UPDATE.

@@ -35,7 +35,7 @@ func Run(seed uint64, off Off) (res Result) {
 				_ = p.store.Close()
 			}
 		}
-		res = Result{Seed: seed, Off: off, Counts: w.counts, Violation: w.violation, Trace: w.trace}
+		res = Result{Seed: seed, Off: off, Counts: w.counts, Violation: w.violation, lines: w.trace}
 	}()
 	w.schedule()
 	return res

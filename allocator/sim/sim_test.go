@@ -8,6 +8,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -34,13 +35,21 @@ func TestSimulation(t *testing.T) {
 }
 
 func TestSimulationReplaysASeed(t *testing.T) {
-	for _, seed := range []uint64{3, 41, 105} {
-		a, b := Run(seed, Off{}), Run(seed, Off{})
-		if !slices.Equal(a.Trace, b.Trace) {
-			t.Fatalf("seed %d: two runs differ:\n%s\n----\n%s", seed, a.Report(1000), b.Report(1000))
+	// Passing schedules, and schedules that break an invariant with a guard switched off: the same
+	// seed and switches give the same trace, the same events and the same violation.
+	for _, tc := range []struct {
+		seed uint64
+		off  Off
+	}{{3, Off{}}, {41, Off{}}, {105, Off{}}, {15, Off{CeilingBound: true}}, {32, Off{Floors: true}}, {28, Off{PeerMarks: true}}} {
+		a, b := Run(tc.seed, tc.off), Run(tc.seed, tc.off)
+		if !slices.Equal(a.Trace(), b.Trace()) || a.Violation != b.Violation || !maps.Equal(a.Counts, b.Counts) {
+			t.Fatalf("seed %d%s: two runs differ:\n%s\n%v\n----\n%s\n%v", tc.seed, tc.off.flag(), a.Report(1000), a.Counts, b.Report(1000), b.Counts)
 		}
-		if len(a.Trace) < 10 {
-			t.Fatalf("seed %d: a trace of %d lines", seed, len(a.Trace))
+		if len(a.Trace()) < 10 {
+			t.Fatalf("seed %d: a trace of %d lines", tc.seed, len(a.Trace()))
+		}
+		if tc.off != (Off{}) && !a.Failed() {
+			t.Fatalf("seed %d%s broke no invariant", tc.seed, tc.off.flag())
 		}
 	}
 }

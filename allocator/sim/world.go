@@ -188,15 +188,27 @@ type World struct {
 	ns       allocator.Namespace  // the settings the admin last set
 	highest  int64
 
-	trace     []string
+	trace     []line
 	counts    map[string]int
 	violation string
 	ctx       context.Context
 }
 
-// step appends a line to the trace.
+// logf appends a line to the trace. Its arguments are values (no pointers), kept as they are now and
+// formatted only when the trace is read: most schedules pass, and their traces are never read.
 func (w *World) logf(format string, args ...any) {
-	w.trace = append(w.trace, fmt.Sprintf("%8.3fs ", w.now.Sub(w.start).Seconds())+fmt.Sprintf(format, args...))
+	w.trace = append(w.trace, line{at: w.now.Sub(w.start), format: format, args: args})
+}
+
+// line is one line of a trace, not yet formatted.
+type line struct {
+	at     time.Duration // since the schedule began
+	format string
+	args   []any
+}
+
+func (l line) String() string {
+	return fmt.Sprintf("%8.3fs ", l.at.Seconds()) + fmt.Sprintf(l.format, l.args...)
 }
 
 func (w *World) fail(format string, args ...any) {
@@ -206,12 +218,13 @@ func (w *World) fail(format string, args ...any) {
 	}
 }
 
-// reach reports whether the party from reaches the server now; a slow link takes time.
-func (w *World) reach(from string, s *Server) error {
+// reach reports whether a party reaches the server s over link (party/server) now; a slow link
+// takes time.
+func (w *World) reach(link string, s *Server) error {
 	if !s.up {
 		return fmt.Errorf("sim: %s: connection refused", s.name)
 	}
-	switch w.links[from+"/"+s.name] {
+	switch w.links[link] {
 	case linkCut:
 		return errNetwork
 	case linkSlow:
@@ -220,8 +233,8 @@ func (w *World) reach(from string, s *Server) error {
 	return nil
 }
 
-func (w *World) replyLost(from string, s *Server) bool {
-	return w.links[from+"/"+s.name] == linkLossy && w.rng.IntN(2) == 0
+func (w *World) replyLost(link string) bool {
+	return w.links[link] == linkLossy && w.rng.IntN(2) == 0
 }
 
 // wrote counts a write by from, and cuts it off from every server once its budget is spent.
@@ -255,6 +268,12 @@ func (w *World) runtime(p *Proc) allocator.Runtime {
 			return true
 		},
 		Go: func(fn func()) { fn() },
+		// The simulated servers answer at once: no real deadline passes within a schedule, and a
+		// simulated wait (a slow link) is on the world's clock. The bounds are left out, so a call's
+		// context is the caller's and no statement waits on a timer or a watching goroutine.
+		Timeout: func(ctx context.Context, _ time.Duration) (context.Context, context.CancelFunc) {
+			return ctx, func() {}
+		},
 		Every: func(d time.Duration, stop <-chan struct{}, fn func()) func() {
 			if p == nil {
 				return func() {}
@@ -276,7 +295,7 @@ func (w *World) open(name string, order []int, p *Proc) (*mysql.Store, error) {
 	for _, i := range order {
 		s := w.servers[i]
 		cfg.Names = append(cfg.Names, s.name)
-		cfg.Connectors = append(cfg.Connectors, connector{w: w, from: name, srv: s})
+		cfg.Connectors = append(cfg.Connectors, connector{w: w, from: name, srv: s, link: name + "/" + s.name})
 	}
 	return mysql.Open(w.ctx, cfg)
 }
@@ -457,23 +476,32 @@ type Result struct {
 	Steps     int
 	Counts    map[string]int
 	Violation string
-	Trace     []string
+	lines     []line
 }
 
 // Failed reports whether the schedule broke an invariant.
 func (r Result) Failed() bool { return r.Violation != "" }
 
+// Trace is the schedule's trace: the events, in order, each after its simulated time.
+func (r Result) Trace() []string {
+	out := make([]string, len(r.lines))
+	for i, l := range r.lines {
+		out[i] = l.String()
+	}
+	return out
+}
+
 // Report is the seed, the violation and the last lines of the trace: what a failure prints.
 func (r Result) Report(lines int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %s\n", r.Seed, r.Violation)
-	t := r.Trace
+	t := r.lines
 	if len(t) > lines {
 		fmt.Fprintf(&b, "  ... %d earlier lines\n", len(t)-lines)
 		t = t[len(t)-lines:]
 	}
 	for _, l := range t {
-		b.WriteString("  " + l + "\n")
+		b.WriteString("  " + l.String() + "\n")
 	}
 	fmt.Fprintf(&b, "replay: ticketd-bench sim --seed %d --schedules 1%s", r.Seed, r.Off.flag())
 	return b.String()

@@ -232,7 +232,7 @@ func (set *Set[S, R]) checkLowering(ctx context.Context, ns allocator.Namespace,
 // Namespace returns a namespace's latest settings, read from the servers (see ReadSettings), with
 // each server's state.
 func (set *Set[S, R]) Namespace(ctx context.Context, name string, states States) (allocator.Namespace, error) {
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	ns, err := set.ReadSettings(ctx, name)
 	if err != nil {
@@ -272,7 +272,7 @@ func (set *Set[S, R]) readSettings(ctx context.Context, name string, read func(c
 	if set.closed.Load() {
 		return allocator.Namespace{}, allocator.ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	r, err := read(ctx)
 	if err != nil {
@@ -287,7 +287,7 @@ func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocato
 	if set.closed.Load() {
 		return nil, allocator.ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	latest := map[string]R{}
 	answered := 0
@@ -374,7 +374,7 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	if start { // after the unlock: a runtime may run it at once, in this goroutine
 		set.cfg.Runtime.Go(func() {
 			defer set.wg.Done()
-			rctx, cancel := context.WithTimeout(set.bg, set.cfg.Timeout)
+			rctx, cancel := set.cfg.Runtime.Timeout(set.bg, set.cfg.Timeout)
 			set.refreshAll(rctx, now)
 			cancel()
 			set.settingsMu.Lock()
@@ -558,6 +558,6 @@ func (set *Set[S, R]) begin(ctx context.Context, ns allocator.Namespace) (alloca
 	if set.closed.Load() {
 		return ns, ctx, nil, allocator.ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	return ns, ctx, cancel, nil
 }

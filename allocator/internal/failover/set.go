@@ -183,7 +183,7 @@ func (set *Set[S, R]) Close(release func()) {
 // AttemptTimeout (a failure is logged), then runs release.
 func (set *Set[S, R]) CloseRecording(record func(context.Context) error, release func()) {
 	set.Close(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), set.cfg.AttemptTimeout)
+		ctx, cancel := set.cfg.Runtime.Timeout(context.Background(), set.cfg.AttemptTimeout)
 		if err := record(ctx); err != nil {
 			set.cfg.Logger.Warn("could not record high-water marks at close", "err", err)
 		}
@@ -217,7 +217,7 @@ func (set *Set[S, R]) Lease(ctx context.Context, namespace string, size int64, p
 	}
 	began := set.cfg.Now()
 	deadline := began.Add(set.cfg.Timeout)
-	ctx, cancel := context.WithTimeout(ctx, set.cfg.Timeout)
+	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	defer cancel()
 	rec, err := set.Settings(ctx, namespace)
 	for round := 1; errors.Is(err, allocator.ErrUnavailable) && set.pause(ctx, round, deadline); round++ {
@@ -357,7 +357,7 @@ func (set *Set[S, R]) attempt(ctx context.Context, s S, rec R, size int64,
 			return allocator.Block{}, err
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, set.cfg.AttemptTimeout)
+	actx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.AttemptTimeout)
 	defer cancel()
 	start := set.cfg.Now()
 	blk, err := lease(actx, s, rec, size)
