@@ -22,7 +22,7 @@ import (
 // switches give the same schedule, trace and result.
 func Run(seed uint64, off Off) (res Result) {
 	w := &World{Off: off, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), links: map[string]int{}, writesLeft: map[string]int{},
+		now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), links: map[string]int{}, faultAt: map[string]time.Time{}, writesLeft: map[string]int{},
 		issued: map[int64][][2]int64{}, counts: map[string]int{}, ctx: context.Background(), nextID: 100}
 	w.start = w.now
 	defer func() {
@@ -248,6 +248,7 @@ func (w *World) fleetCrash() {
 	for _, p := range w.procs {
 		if p != nil {
 			w.links[p.name+"/"+far.name] = linkCut
+			w.faultAt[p.name+"/"+far.name] = w.now
 		}
 	}
 	far.steadySince = w.now
@@ -318,7 +319,7 @@ func (w *World) goBack(s *Server, kind string) {
 	promote := kind == "replica promoted"
 	if why := w.legal(s, snap.at, nd, promote); why != "" {
 		w.counts["skipped: "+kind]++
-		if strings.HasPrefix(why, "it issued") {
+		if strings.HasPrefix(why, "it issued") { // the limits of a repair's margin
 			w.logf("server %s: no %s: %s", s.name, kind, why)
 		}
 		return
@@ -373,8 +374,12 @@ func (w *World) legal(s *Server, at time.Time, nd *data, promote bool) string {
 			return "no mark old enough"
 		}
 	}
-	if marked := s.markedHigh(w.servers); s.unmarked > marked {
-		return fmt.Sprintf("it issued up to %d while no peer was reached, and no peer's mark holds it (the highest %d)", s.unmarked, marked)
+	marked := s.markedHigh(w.servers)
+	if unmarked, allowed := s.burst(marked, w.ns.MaxBlockSize); unmarked > allowed {
+		return fmt.Sprintf("it issued %d above the highest peer's mark %d, more than three intervals at the fleet's past pace there or ten blocks (%d)", unmarked, marked, allowed)
+	}
+	if s.unmarked > marked {
+		return fmt.Sprintf("it issued up to %d to a process that had reached no peer for an interval, and no peer's mark holds it (the highest %d)", s.unmarked, marked)
 	}
 	s.notePeak()
 	next := nd.rows[rowKey{namespace, s.offset}]
@@ -518,6 +523,7 @@ func (w *World) netFault(p *Proc, s *Server) {
 	}
 	st := []int{linkCut, linkLossy, linkSlow}[w.rng.IntN(3)]
 	w.links[p.name+"/"+s.name] = st
+	w.faultAt[p.name+"/"+s.name] = w.now
 	s.steadySince = w.now
 	w.logf("network %s <-> %s: %s", p.name, s.name, []string{"ok", "cut", "replies lost", "slow"}[st])
 }

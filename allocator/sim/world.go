@@ -87,11 +87,56 @@ type Server struct {
 	steadySince time.Time
 	// peak is the highest counter the server ever had for the namespace: what it issued below.
 	peak int64
-	// unmarked is the highest counter after a lease made by a process that reached none of the
-	// server's peers at the time (down, cut off, replies lost): its marks could not be written until
-	// it reached one again, or ever, when it ended first. The guarantees leave a server that goes
-	// back in time before a peer's mark passes it to the operator (see legal).
+	// unmarked is the highest counter after a lease made by a process that had reached none of the
+	// server's peers (down, cut off, replies lost) for more than a water-mark interval: its marks
+	// could not be written until it reached one again, or ever, when it ended first, and a repair's
+	// margin covers only a few intervals of leases. The guarantees leave a server that goes back in
+	// time before a peer's mark passes it to the operator (see legal). Leases of a shorter cut, such as
+	// a fleet's that loses its way to a peer and crashes within the interval, are the margin's.
 	unmarked int64
+	// hist is the server's counter after each lease, in time order: how fast the fleet leased there.
+	hist []counterAt
+}
+
+type counterAt struct {
+	at  time.Time
+	c   int64 // the counter after the lease
+	cum int64 // what every lease from the server took so far, in counter units (a repair or a start advance that moves the counter takes nothing)
+}
+
+// burst says whether what s issued above its peers' highest mark (marked) is more than a repair's
+// margin covers at the fleet's own pace: three water-mark intervals at the most it ever leased there
+// within one interval before it passed that mark, or ten of the largest blocks (step steps). A fleet
+// that leases far faster in its last seconds than it ever did before outruns any margin sized from its
+// past, which the guarantees leave out.
+func (s *Server) burst(marked, maxBlock int64) (unmarked, allowed int64) {
+	h := s.hist
+	first := len(h)
+	for i, e := range h {
+		if e.c > marked {
+			first = i
+			break
+		}
+	}
+	if first == len(h) {
+		return 0, 0
+	}
+	var peak int64 // the most leased within one interval, before the counter passed the mark
+	lo := 0
+	for j := 0; j < first; j++ {
+		for h[j].at.Sub(h[lo].at) >= interval {
+			lo++
+		}
+		var base int64 // what was taken before h[lo]
+		if lo > 0 {
+			base = h[lo-1].cum
+		}
+		peak = max(peak, h[j].cum-base)
+	}
+	for _, e := range h[first:] {
+		unmarked = max(unmarked, e.c-marked)
+	}
+	return unmarked, max(3*peak, 10*maxBlock*s.step)
 }
 
 // markedHigh is the highest mark the peers of s hold for it now.
@@ -108,18 +153,29 @@ func (s *Server) markedHigh(servers []*Server) int64 {
 	return h
 }
 
-// reachesPeer reports whether the process reaches a peer of s now, where it could write the marks of
-// what it leased from s.
-func (w *World) reachesPeer(p *Proc, s *Server) bool {
+// peerless is how long the process has reached none of the peers of s, where it writes the marks of
+// what it leases from s: zero while it reaches one (a slow link reaches), and otherwise since the last
+// of them went down or had its link to the process fail.
+func (w *World) peerless(p *Proc, s *Server) time.Duration {
+	var since time.Time
 	for _, o := range w.servers {
-		if o == s || !o.up {
+		if o == s {
 			continue
 		}
-		if st := w.links[p.name+"/"+o.name]; st == linkOK || st == linkSlow {
-			return true
+		k := p.name + "/" + o.name
+		st := w.links[k]
+		if o.up && (st == linkOK || st == linkSlow) {
+			return 0
+		}
+		t := w.faultAt[k]
+		if !o.up {
+			t = o.steadySince
+		}
+		if t.After(since) {
+			since = t
 		}
 	}
-	return false
+	return w.now.Sub(since)
 }
 
 type snapshot struct {
@@ -177,6 +233,7 @@ type World struct {
 	servers []*Server
 	procs   []*Proc // nil entries are processes that are down
 	links   map[string]int
+	faultAt map[string]time.Time // when each link last became faulty
 	// writesLeft cuts a party off after that many more writes (an admin cut off half-way).
 	writesLeft map[string]int
 	nextID     int64
@@ -435,9 +492,17 @@ func (w *World) record(p *Proc, b allocator.Block, f inForce) {
 	w.issued[res] = append(w.issued[res], [2]int64{b.Start, last})
 	w.highest = max(w.highest, last)
 	for _, s := range w.servers {
-		if s.name == b.Server && !w.reachesPeer(p, s) {
+		if s.name != b.Server {
+			continue
+		}
+		if w.peerless(p, s) > interval {
 			s.unmarked = max(s.unmarked, last+1)
 		}
+		var cum int64
+		if n := len(s.hist); n > 0 {
+			cum = s.hist[n-1].cum
+		}
+		s.hist = append(s.hist, counterAt{w.now, last + 1, cum + b.Size*b.Step})
 	}
 }
 
