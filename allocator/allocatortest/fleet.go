@@ -104,6 +104,70 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("StartAdvancedThenAServerLostItsData", func(t *testing.T) {
 		runStartAdvancedThenLost(t, newFleet(t))
 	})
+	t.Run("RestoredFromACopyOlderThanALowering", func(t *testing.T) {
+		runRestoredAcrossLowering(t, newFleet(t))
+	})
+}
+
+// runRestoredAcrossLowering: B is copied; it issues more; max_id is lowered (every server takes it);
+// B is put back from the copy, which holds the old ceiling. The repair moves B's counter past the marks
+// by its margin, past the new ceiling: B has nothing left to issue. p2, which read the settings before
+// the lowering and keeps them for an hour, must still lease nothing above the ceiling, from B or A.
+func runRestoredAcrossLowering(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	b := f.Name(1)
+	p1 := r.serving(f, ProcessOptions{})
+	p2 := f.Process(t, ProcessOptions{SettingsTTL: time.Hour})
+	t.Cleanup(func() { _ = p2.Close() })
+	r.leaseFrom(p2, b, 1)
+	putBack, err := f.ColdCopy(r.ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.untilFrom(p1, b)
+	r.leaseFrom(p1, b, 3)
+	ceiling := Highest(r.blocks, f.Name(0))
+	ceiling = max(ceiling, Highest(r.blocks, b)) + 3000
+	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: ceiling}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := putBack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p3 := f.Process(t, ProcessOptions{})
+	t.Cleanup(func() { _ = p3.Close() })
+	FencedHealth(t, p3, b)
+	res, err := p3.Repair(r.ctx, "orders", b, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("repair: %d -> %d (mark %d, margin %d: %s)", res.Before, res.After, res.Watermark, res.Margin, res.MarginWhy)
+	for i := 0; ; i++ {
+		blk, err := p2.Lease(r.ctx, "orders", 0)
+		if errors.Is(err, allocator.ErrExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("leasing to the ceiling: %v, want ErrExhausted", err)
+		}
+		r.blocks = append(r.blocks, blk)
+		if last, _ := blk.Last(); last > ceiling {
+			t.Fatalf("a process that read the settings before max_id was lowered to %d leased %v after %s came back from an older copy and was repaired", ceiling, blk, blk.Server)
+		}
+		if i > 100 { // at most 3000 IDs are left below the ceiling, in blocks of 100
+			t.Fatalf("%d leases below max_id %d and no end", i, ceiling)
+		}
+	}
+	r.disjoint()
 }
 
 // runStartAdvancedThenLost: an admin process advances the namespace's start far above the water marks

@@ -201,6 +201,9 @@ func (p *Store) guard() {
 // served, or when its counters went below the floors. A server that does not answer the guard stays in
 // rotation: its leases' own failures take it out.
 func (p *Store) guardServer(ctx context.Context, s *server, v serverVars) {
+	// The peers' marks raise s's floors whatever s answers now: a lease that reaches s when the guard
+	// did not (a flaky link) proves s against them.
+	marks := p.peerMarks(ctx, s, v.offset)
 	// A setting changed on the running server takes it out of rotation until it is checked again in
 	// full (its revival), without waiting for a new connection.
 	now, err := s.inspect(ctx)
@@ -215,7 +218,7 @@ func (p *Store) guardServer(ctx context.Context, s *server, v serverVars) {
 		}
 		return
 	}
-	if err := p.checkFence(ctx, s, v, p.peerMarks(ctx, s, v.offset)); errors.Is(err, allocator.ErrFenced) {
+	if err := p.checkFence(ctx, s, v, marks); errors.Is(err, allocator.ErrFenced) {
 		s.MarkDown(err)
 	}
 }
@@ -383,12 +386,13 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.ns.MaxBlockSize)
 	}
-	start := settings.ns.Start
-	maxID := failover.RepairCeiling(settings.ns.WithDefaults().MaxID, func() (int64, error) {
-		latest, err := p.set.Latest(ctx, namespace)
-		start = max(start, latest.ns.Start)
-		return latest.ns.WithDefaults().MaxID, err
-	})
+	// The newest settings the servers hold: the margin stops at their ceiling, and the repaired row
+	// takes it (see failover.RepairCeiling).
+	start, maxID := settings.ns.Start, failover.NoCeiling
+	newest, newestErr := p.set.Latest(ctx, namespace)
+	if newestErr == nil {
+		start, maxID = max(start, newest.ns.Start), newest.ns.WithDefaults().MaxID
+	}
 	base, from := failover.RepairBase(res.Watermark, res.Before, start)
 	if from != "" {
 		res.MarginWhy += "; " + from
@@ -397,9 +401,18 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	if clamped {
 		res.MarginWhy += "; " + failover.ClampedMargin(s.Name(), maxID)
 	}
-	if missing {
+	switch {
+	case missing:
 		_, err = s.insertRow(ctx, v, settings, target)
-	} else {
+	case newestErr == nil:
+		// The ceiling set last, by its time, as a namespace change writes it; a row restored from
+		// before a lowering would otherwise serve up to its old ceiling to a process that has not read
+		// the settings since. (The counter may end above it: the server then has nothing to issue.)
+		_, err = s.ctl.ExecContext(ctx, `UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?),
+			max_id = IF(? > max_id_us OR (? = max_id_us AND ? < max_id), ?, max_id), max_id_us = GREATEST(max_id_us, ?)
+			WHERE name = ? AND step = ? AND id_offset = ?`,
+			target, newest.ceilingUS, newest.ceilingUS, maxID, maxID, newest.ceilingUS, namespace, v.increment, v.offset)
+	default:
 		_, err = s.ctl.ExecContext(ctx, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ? AND step = ? AND id_offset = ?",
 			target, namespace, v.increment, v.offset)
 	}

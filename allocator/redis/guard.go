@@ -305,12 +305,13 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = failover.RepairMargin(s.peaks(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
-	start := latest.Namespace().Start // the highest start it was created or advanced with
-	maxID := failover.RepairCeiling(latest.ns.WithDefaults().MaxID, func() (int64, error) {
-		newest, err := s.set.Latest(ctx, namespace)
-		start = max(start, newest.Namespace().Start)
-		return newest.ns.WithDefaults().MaxID, err
-	})
+	// The newest settings the instances hold: the margin stops at their ceiling, and the repaired
+	// instance takes it (see failover.NoCeiling).
+	start, maxID := latest.Namespace().Start, failover.NoCeiling // the highest start it was created or advanced with
+	newest, newestErr := s.set.Latest(ctx, namespace)
+	if newestErr == nil {
+		start, maxID = max(start, newest.Namespace().Start), newest.ns.WithDefaults().MaxID
+	}
 	base, from := failover.RepairBase(res.Watermark, res.Before, start)
 	if from != "" {
 		res.MarginWhy += "; " + from
@@ -326,6 +327,16 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	}
 	if err := raiseCounterScript.Run(ctx, in.client, []string{s.keys.counter(namespace)}, strconv.FormatInt(target, 10)).Err(); err != nil {
 		return res, fmt.Errorf("%s: %w", in.Name(), err)
+	}
+	if newestErr == nil {
+		// The newest settings, the ceiling by its own time, also below the repaired counter (the
+		// instance then has nothing to issue): no water mark to prove, no floor to raise.
+		k := s.keys
+		if err := updateScript.Run(ctx, in.client, []string{k.settings(namespace), k.counter(namespace)},
+			newest.ns.BlockSize, newest.ns.MaxBlockSize, newest.ns.LeaseTTL.Milliseconds(), newest.updatedUS, 0, 0,
+			maxID, newest.ceilingUS, 0, 0).Err(); err != nil {
+			return res, fmt.Errorf("%s: %w", in.Name(), err)
+		}
 	}
 	// The instance counts as many leases as were seen there again: the repaired counter is past them.
 	if local := in.local.Get(namespace); local.Value > 0 {

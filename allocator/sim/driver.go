@@ -486,6 +486,23 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 		}
 		r.next = i64(a[0])
 		return result{n: 1}, nil
+	case strings.HasPrefix(q, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?), max_id = IF("):
+		// a repair: counter, then the newest ceiling by its time (ceiling_us, ceiling_us, max_id,
+		// max_id, ceiling_us); name, step, offset
+		r := d.rows[rowKey{str(a[6]), i64(a[8])}]
+		if r == nil || r.step != i64(a[7]) {
+			return result{}, nil
+		}
+		before := *r
+		r.next = max(r.next, i64(a[0]))
+		if us, m := i64(a[1]), i64(a[3]); us > r.maxIDUS || (us == r.maxIDUS && m < r.maxID) {
+			r.maxID = m
+		}
+		r.maxIDUS = max(r.maxIDUS, i64(a[5]))
+		if *r == before {
+			return result{}, nil
+		}
+		return result{n: 1}, nil
 	case strings.HasPrefix(q, "INSERT IGNORE INTO ticketd_namespaces"):
 		cols := strings.Split(q[strings.Index(q, "(")+1:strings.Index(q, ")")], ", ")
 		r := &row{}

@@ -207,18 +207,14 @@ func RepairBase(mark, before, start int64) (base int64, from string) {
 	return base, ""
 }
 
-// RepairCeiling is the max_id a repair's margin may stop at (see RepairTarget): the higher of the one
-// the repaired server holds and the newest the servers and this process hold (newest), and none when
-// the newest cannot be read. A server restored from a copy older than a raise of max_id holds a lower
-// one than it may have issued up to since; one older than a lowering, a higher one, which costs
-// nothing but IDs past the ceiling.
-func RepairCeiling(own int64, newest func() (int64, error)) int64 {
-	n, err := newest()
-	if err != nil {
-		return math.MaxInt64
-	}
-	return max(own, n)
-}
+// NoCeiling is the ceiling a repair's margin stops at when the newest settings cannot be read.
+//
+// Otherwise it stops at the ceiling of the newest settings the servers hold, and the repaired server
+// takes that ceiling: a server restored from a copy older than a raise of max_id holds a lower one than
+// it may have issued up to since, and one older than a lowering a higher one, which no server issued up
+// to (a lowering succeeds only below every counter) and which, left in its row, would serve up to it a
+// process that has not read the settings since.
+const NoCeiling int64 = math.MaxInt64
 
 // ClampedMargin says why a repair stopped at the ceiling maxID.
 func ClampedMargin(server string, maxID int64) string {
