@@ -240,6 +240,12 @@ func embeddedMetrics(t *testing.T) map[string]bool {
 	for range 20 {
 		monCall(t, "POST", url+"/v1/namespaces/orders/blocks", monToken, `{"size":50}`, 200)
 	}
+	// A stall: a namespace whose cached segment stops serving at half its lease TTL, before any
+	// prefetch (a namespace's first segment is none).
+	monCall(t, "PUT", url+"/v1/namespaces/expiring", monAdmin, `{"block_size":10,"lease_ttl":"1s"}`, 201)
+	monCall(t, "POST", url+"/v1/namespaces/expiring/blocks", monAdmin, `{"size":1}`, 200)
+	time.Sleep(600 * time.Millisecond)
+	monCall(t, "POST", url+"/v1/namespaces/expiring/blocks", monAdmin, `{"size":1}`, 200)
 	return seriesNames(t, url)
 }
 

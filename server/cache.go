@@ -456,6 +456,8 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 		return nil // another caller already replaced it
 	}
 	now := sp.c.now()
+	// A namespace's first segment is no stall: no prefetch could have come before it.
+	cold := seen == nil && !sp.retired
 	if seen != nil {
 		sp.lastLifetime, sp.haveLifetime, sp.retired = now.Sub(seen.activated), true, true
 		sp.cur.Store(nil)
@@ -481,7 +483,9 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	if err != nil {
 		return err
 	}
-	sp.c.metrics.observeStall(sp.name)
+	if !cold {
+		sp.c.metrics.observeStall(sp.name)
+	}
 	select { // the oldest call's outcome, or a segment from any call (its hedge, a later one)
 	case <-call.done:
 		return call.err
@@ -838,7 +842,7 @@ func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size 
 	} else {
 		blk, err = c.backend.Lease(ctx, sp.name, size)
 	}
-	c.metrics.observeFetch(sp.name, err)
+	c.metrics.observeFetch(err)
 	if err != nil {
 		if !errors.Is(err, allocator.ErrNotFound) && ctx.Err() == nil {
 			c.logger.Warn("segment lease failed; serving what is cached", "namespace", sp.name, "size", size,

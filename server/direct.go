@@ -102,7 +102,7 @@ func (c *segmentCache) sendDirect(sp *space, size int64, prefer string, hedge bo
 		defer cancel()
 		start := c.now()
 		blk, err := c.prefer.LeaseFrom(ctx, sp.name, size, prefer)
-		c.metrics.observeFetch(sp.name, err)
+		c.metrics.observeFetch(err)
 		answers <- directAnswer{blk: blk, err: err, ask: prefer, hedge: hedge, start: start, took: c.now().Sub(start)}
 	}()
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ const headroomSamples = 16
 type headroom struct {
 	mu     sync.Mutex
 	series map[string]*headroomSeries
+	// serverSets holds one copy of each list of servers counted (headroomSeries.servers): every
+	// namespace of a pair counts the same two.
+	serverSets map[string]string
 
 	// The last reading of every namespace's counters for the metrics, and whether one is under way
 	// (see headroomOf).
@@ -47,23 +51,63 @@ type headroom struct {
 }
 
 // headroomSeries is one namespace's samples, taken under one ceiling over one set of servers, and the
-// counter each server was last read at.
+// counter each server was last read at. It is kept for every namespace the backend lists, so it is
+// small: at most headroomSamples+1 samples of 16 bytes, and a counter per server.
 type headroomSeries struct {
 	maxID   int64
-	servers string // the servers the samples count, sorted and joined
+	servers string // the servers the samples count, sorted and joined (shared, see serverSets)
 	samples []headroomSample
-	seen    map[string]seenCounter
+	seen    []seenCounter
 }
 
 type headroomSample struct {
-	at   time.Time
+	at   int64 // unix nanoseconds
 	left uint64
 }
 
 // seenCounter is a ticket server's counter for a namespace as last read, and when.
 type seenCounter struct {
+	server     string
 	next, step int64
-	at         time.Time
+	at         int64 // unix nanoseconds
+}
+
+// lookup returns the counter last seen on server.
+func (sr *headroomSeries) lookup(server string) (seenCounter, bool) {
+	for _, c := range sr.seen {
+		if c.server == server {
+			return c, true
+		}
+	}
+	return seenCounter{}, false
+}
+
+// remember records the counter c read now.
+func (sr *headroomSeries) remember(c seenCounter) {
+	for i := range sr.seen {
+		if sr.seen[i].server == c.server {
+			sr.seen[i] = c
+			return
+		}
+	}
+	sr.seen = append(sr.seen, c)
+}
+
+// joined reports whether servers joined by commas are s.
+func joined(servers []string, s string) bool {
+	for i, name := range servers {
+		if i > 0 {
+			if !strings.HasPrefix(s, ",") {
+				return false
+			}
+			s = s[1:]
+		}
+		if !strings.HasPrefix(s, name) {
+			return false
+		}
+		s = s[len(name):]
+	}
+	return s == ""
 }
 
 // forecast is a namespace's headroom as the API and the status page show it.
@@ -98,12 +142,11 @@ func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
 	}
 	sr := h.series[ns.Name]
 	if sr == nil {
-		sr = &headroomSeries{seen: map[string]seenCounter{}}
+		sr = &headroomSeries{}
 		h.series[ns.Name] = sr
 	}
 	var f forecast
-	var counted []string
-	listed := make(map[string]bool, len(ns.Servers))
+	counted := make([]string, 0, 4) // on the stack for up to four servers
 	count := func(name string, c seenCounter) {
 		sum, carry := bits.Add64(f.Left, allocator.Remaining(c.next, c.step, d.MaxID), 0)
 		if carry != 0 {
@@ -112,44 +155,46 @@ func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
 		f.Left, f.Known = sum, true
 		counted = append(counted, name)
 	}
+	at := now.UnixNano()
 	for _, st := range ns.Servers {
-		listed[st.Server] = true
 		if st.Next >= 1 && st.Step >= 1 {
-			c := seenCounter{next: st.Next, step: st.Step, at: now}
-			sr.seen[st.Server] = c
+			c := seenCounter{server: st.Server, next: st.Next, step: st.Step, at: at}
+			sr.remember(c)
 			count(st.Server, c)
-		} else if c, ok := sr.seen[st.Server]; ok {
-			f.Stale = append(f.Stale, api.StaleCounter{Server: st.Server, SeenAt: c.at})
+		} else if c, ok := sr.lookup(st.Server); ok {
+			f.Stale = append(f.Stale, api.StaleCounter{Server: st.Server, SeenAt: time.Unix(0, c.at)})
 			count(st.Server, c)
 		} else {
 			f.Unread = append(f.Unread, st.Server)
 		}
 	}
-	for name, c := range sr.seen { // a server the backend did not list this time
-		if !listed[name] {
-			f.Stale = append(f.Stale, api.StaleCounter{Server: name, SeenAt: c.at})
-			count(name, c)
+	for _, c := range sr.seen { // a server the backend did not list this time
+		if !slices.ContainsFunc(ns.Servers, func(st allocator.ServerState) bool { return st.Server == c.server }) {
+			f.Stale = append(f.Stale, api.StaleCounter{Server: c.server, SeenAt: time.Unix(0, c.at)})
+			count(c.server, c)
 		}
 	}
 	if !f.Known {
 		return f
 	}
-	sort.Strings(counted)
+	slices.Sort(counted)
 	sort.Slice(f.Stale, func(i, j int) bool { return f.Stale[i].Server < f.Stale[j].Server })
 	f.Fraction = 1
 	if span := float64(d.MaxID) - float64(d.Start) + 1; span > 0 {
 		f.Fraction = min(1, float64(f.Left)/span)
 	}
-	if servers := strings.Join(counted, ","); sr.maxID != d.MaxID || sr.servers != servers {
+	if sr.maxID != d.MaxID || !joined(counted, sr.servers) {
 		// Another ceiling, or other servers counted: the IDs left before are not comparable.
-		sr.maxID, sr.servers, sr.samples = d.MaxID, servers, sr.samples[:0]
+		sr.maxID, sr.servers, sr.samples = d.MaxID, h.serverSet(strings.Join(counted, ",")), sr.samples[:0]
 	}
 	list := sr.samples
 	cut := 0
-	for cut < len(list)-1 && now.Sub(list[cut+1].at) >= headroomWindow {
+	for cut < len(list)-1 && at-list[cut+1].at >= int64(headroomWindow) {
 		cut++ // keep one sample at or past the window's start, so the rate spans the whole hour
 	}
-	list = list[cut:]
+	if cut > 0 {
+		list = list[:copy(list, list[cut:])] // in place: the array is reused
+	}
 	if n := len(list); n > 0 && f.Left > list[n-1].left {
 		list = list[:0] // more left than before (a start or counter never goes back): start again
 	}
@@ -157,21 +202,36 @@ func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
 	if len(list) > 0 {
 		oldest = list[0]
 	}
-	if n := len(list); n == 0 || now.Sub(list[n-1].at) >= headroomEvery {
-		list = append(list, headroomSample{at: now, left: f.Left})
+	if n := len(list); n == 0 || at-list[n-1].at >= int64(headroomEvery) {
+		if list == nil {
+			list = make([]headroomSample, 0, headroomSamples+1)
+		}
+		list = append(list, headroomSample{at: at, left: f.Left})
 	}
 	if len(list) > headroomSamples {
 		list = thin(list)
 	}
 	sr.samples = list
 
-	if elapsed := now.Sub(oldest.at).Seconds(); !oldest.at.IsZero() && elapsed > 0 && oldest.left > f.Left {
+	if elapsed := float64(at-oldest.at) / 1e9; oldest.at != 0 && elapsed > 0 && oldest.left > f.Left {
 		f.PerSecond = float64(oldest.left-f.Left) / elapsed
 		if end := float64(now.Unix()) + float64(f.Left)/f.PerSecond; end < float64(maxForecast.Unix()) {
 			f.At = time.Unix(int64(math.Ceil(end)), 0).UTC()
 		}
 	}
 	return f
+}
+
+// serverSet returns the shared copy of a list of servers counted.
+func (h *headroom) serverSet(s string) string {
+	if shared, ok := h.serverSets[s]; ok {
+		return shared
+	}
+	if h.serverSets == nil || len(h.serverSets) >= 64 { // a bound: lists change rarely
+		h.serverSets = map[string]string{}
+	}
+	h.serverSets[s] = s
+	return s
 }
 
 // thin drops every other sample between the oldest and the newest, in place.

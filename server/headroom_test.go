@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/allocatortest"
@@ -196,5 +197,40 @@ func TestHeadroomAfterTheCeilingChanges(t *testing.T) {
 		if ns.ExhaustsAt == nil || ns.ExhaustsAt.Before(clk.Now().Add(6*time.Hour)) {
 			t.Fatalf("max_id %s, a million IDs issued under it: exhausts_at %v", maxID, ns.ExhaustsAt)
 		}
+	}
+}
+
+// TestHeadroomReadingAllocatesNothing: the forecast of a namespace already read, over the same servers,
+// allocates nothing, however often it is read: the scrape's background reading observes every
+// namespace every 10 s, and what each one keeps stays what it was (its samples and counters are
+// updated in place, the list of servers counted shared by the namespaces).
+func TestHeadroomReadingAllocatesNothing(t *testing.T) {
+	var h headroom
+	ns := allocator.Namespace{Name: "orders", MaxID: 1_000_000_000, Servers: []allocator.ServerState{
+		{Server: "b:3306", Next: 2, Step: 2}, {Server: "a:3306", Next: 1, Step: 2},
+	}}
+	now := time.Unix(1_800_000_000, 0)
+	read := func() {
+		now = now.Add(headroomEvery)
+		ns.Servers[0].Next += 2000
+		ns.Servers[1].Next += 2000
+		if f := h.observe(ns, now); !f.Known {
+			t.Fatalf("forecast %+v", f)
+		}
+	}
+	for range 2 * headroomSamples { // the samples reach their bound
+		read()
+	}
+	if f := h.observe(ns, now); f.PerSecond != 200 || len(h.series["orders"].samples) > headroomSamples {
+		t.Fatalf("forecast %+v from %d samples, want 200 IDs/s (each server issues every other ID)", f, len(h.series["orders"].samples))
+	}
+	if n := testing.AllocsPerRun(100, read); n != 0 {
+		t.Errorf("a reading allocates %v times, want 0", n)
+	}
+	other := ns
+	other.Name = "links"
+	h.observe(other, now)
+	if a, b := h.series["orders"].servers, h.series["links"].servers; a != "a:3306,b:3306" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("the servers counted: %q and %q, not one shared list", a, b)
 	}
 }

@@ -29,6 +29,11 @@ type Metrics struct {
 	failovers    *prometheus.CounterVec
 	authFailures prometheus.Counter
 	authRefused  prometheus.Counter
+	blocks       *prometheus.CounterVec
+	fetches      *prometheus.CounterVec
+	// Totals over the namespaces: blocks by source, segment leases by result.
+	blocksCached, blocksDirect prometheus.Counter
+	fetchesOK, fetchesFailed   prometheus.Counter
 
 	// Label lookups cost a hash and a map access; the hot path keeps the children it has seen. The
 	// counts of each namespace are plain atomics, reported at a scrape by nsCollector: a namespace
@@ -37,6 +42,9 @@ type Metrics struct {
 	reqChild map[reqKey]prometheus.Counter
 	durChild map[string]prometheus.Observer
 	idsChild map[string]*nsCounters
+	// recentAt is when the IDs-per-second windows were last looked through for idle ones (unix
+	// seconds; see dropIdleWindows).
+	recentAt atomic.Int64
 
 	// For the status page: lease latency of the last minute per ticket server.
 	now     func() time.Time
@@ -49,12 +57,24 @@ type reqKey struct {
 	status        int
 }
 
-// nsCounters are one namespace's counts since the process started.
+// nsCounters are one namespace's counts since the process started, and the IDs it was handed per
+// second of the last minute, for the status page: nil once a minute passed without an ID (see
+// dropIdleWindows), so that an idle namespace keeps its counters alone.
 type nsCounters struct {
-	ids, cached, direct       atomic.Int64
-	fetchOK, fetchErr, stalls atomic.Int64
-	hedges, hedgesWon         atomic.Int64
-	recent                    idWindow // IDs per second of the last minute, for the status page
+	ids, stalls, hedges, hedgesWon atomic.Int64
+	recent                         atomic.Pointer[idWindow]
+}
+
+// window returns the namespace's window of the last minute, made when it has none.
+func (n *nsCounters) window() *idWindow {
+	if w := n.recent.Load(); w != nil {
+		return w
+	}
+	w := &idWindow{}
+	if n.recent.CompareAndSwap(nil, w) {
+		return w
+	}
+	return n.recent.Load()
 }
 
 // nsLabel is the label that names a namespace. Not "namespace": Prometheus's Kubernetes discovery adds
@@ -91,13 +111,22 @@ func NewMetrics() *Metrics {
 		authRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ticketd_auth_refused_total", Help: "Requests with a token refused 429, unread, because their client address sent too many wrong ones.",
 		}),
+		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_blocks_issued_total",
+			Help: "Blocks handed to clients, over every namespace, by source (cache: carved from a cached segment; backend: leased for the request).",
+		}, []string{"source"}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticketd_cache_fetches_total", Help: "Segment leases by the cache, over every namespace, by result.",
+		}, []string{"result"}),
 		reqChild: map[reqKey]prometheus.Counter{},
 		durChild: map[string]prometheus.Observer{},
 		idsChild: map[string]*nsCounters{},
 		now:      time.Now,
 		latency:  map[string]*latencyWindow{},
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.failovers, m.authFailures, m.authRefused, newNSCollector(m),
+	m.blocksCached, m.blocksDirect = m.blocks.WithLabelValues("cache"), m.blocks.WithLabelValues("backend")
+	m.fetchesOK, m.fetchesFailed = m.fetches.WithLabelValues("ok"), m.fetches.WithLabelValues("error")
+	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.failovers, m.authFailures, m.authRefused, m.blocks, m.fetches, newNSCollector(m),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return m
 }
@@ -157,9 +186,28 @@ func (m *Metrics) recentIDs(now time.Time) map[string][windowSeconds]int64 {
 	defer m.mu.RUnlock()
 	out := make(map[string][windowSeconds]int64, len(m.idsChild))
 	for name, n := range m.idsChild {
-		out[name] = n.recent.last(now)
+		if w := n.recent.Load(); w != nil {
+			out[name] = w.last(now)
+		}
 	}
 	return out
+}
+
+// dropIdleWindows drops, at most once a minute, the windows of the namespaces handed no ID in the
+// last minute: they hold nothing the status page shows. An ID counted into a window at the moment
+// it is dropped is missing from the page's last minute; the counters keep it.
+func (m *Metrics) dropIdleWindows(now time.Time) {
+	sec := now.Unix()
+	if at := m.recentAt.Load(); sec-at < windowSeconds || !m.recentAt.CompareAndSwap(at, sec) {
+		return
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, n := range m.idsChild {
+		if w := n.recent.Load(); w != nil && w.idleAt(now) {
+			n.recent.CompareAndSwap(w, nil)
+		}
+	}
 }
 
 // ObserveFailover records a lease moving on from a failed server.
@@ -207,19 +255,21 @@ func (m *Metrics) namespace(name string) *nsCounters {
 func (m *Metrics) observeIssued(namespace string, size int64, cached bool, now time.Time) {
 	n := m.namespace(namespace)
 	n.ids.Add(size)
-	n.recent.add(now, size)
+	n.window().add(now, size)
 	if cached {
-		n.cached.Add(1)
+		m.blocksCached.Inc()
 	} else {
-		n.direct.Add(1)
+		m.blocksDirect.Inc()
 	}
+	m.dropIdleWindows(now)
 }
 
-func (m *Metrics) observeFetch(namespace string, err error) {
+// observeFetch counts a segment lease of the cache (the namespace's failures are on the status page).
+func (m *Metrics) observeFetch(err error) {
 	if err != nil {
-		m.namespace(namespace).fetchErr.Add(1)
+		m.fetchesFailed.Inc()
 	} else {
-		m.namespace(namespace).fetchOK.Add(1)
+		m.fetchesOK.Inc()
 	}
 }
 
@@ -234,19 +284,18 @@ func (m *Metrics) observeHedge(namespace string, won bool) {
 	}
 }
 
-// nsCollector reports each namespace's counts (see nsCounters). A series appears once its count is
-// not zero, but for the IDs and blocks issued, which appear together at the namespace's first block.
+// nsCollector reports each namespace's counts (see nsCounters): the IDs issued from the namespace's
+// first block on, and the stalls and hedges once their count is not zero. The blocks issued and the
+// segment leases are totals over the namespaces (Metrics.blocks, Metrics.fetches): per namespace they
+// were four more series each, at every scrape, for what the status page shows.
 type nsCollector struct {
-	m                                               *Metrics
-	ids, blocks, fetches, stalls, hedges, hedgesWon *prometheus.Desc
+	m                              *Metrics
+	ids, stalls, hedges, hedgesWon *prometheus.Desc
 }
 
 func newNSCollector(m *Metrics) *nsCollector {
 	return &nsCollector{m: m,
 		ids: prometheus.NewDesc("ticketd_ids_issued_total", "IDs handed to clients, by namespace.", []string{nsLabel}, nil),
-		blocks: prometheus.NewDesc("ticketd_blocks_issued_total",
-			"Blocks handed to clients, by namespace and source (cache: carved from a cached segment; backend: leased for the request).", []string{nsLabel, "source"}, nil),
-		fetches: prometheus.NewDesc("ticketd_cache_fetches_total", "Segment leases by the cache, by namespace and result.", []string{nsLabel, "result"}, nil),
 		stalls: prometheus.NewDesc("ticketd_cache_stalls_total",
 			"Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).", []string{nsLabel}, nil),
 		hedges: prometheus.NewDesc("ticketd_cache_hedges_total",
@@ -257,7 +306,7 @@ func newNSCollector(m *Metrics) *nsCollector {
 }
 
 func (c *nsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ids, c.blocks, c.fetches, c.stalls, c.hedges, c.hedgesWon} {
+	for _, d := range []*prometheus.Desc{c.ids, c.stalls, c.hedges, c.hedgesWon} {
 		ch <- d
 	}
 }
@@ -277,13 +326,7 @@ func (c *nsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, name := range names {
 		n := counts[i]
-		if cached, direct := n.cached.Load(), n.direct.Load(); cached+direct > 0 {
-			counter(c.ids, n.ids.Load(), true, name)
-			counter(c.blocks, cached, true, name, "cache")
-			counter(c.blocks, direct, true, name, "backend")
-		}
-		counter(c.fetches, n.fetchOK.Load(), false, name, "ok")
-		counter(c.fetches, n.fetchErr.Load(), false, name, "error")
+		counter(c.ids, n.ids.Load(), false, name)
 		counter(c.stalls, n.stalls.Load(), false, name)
 		counter(c.hedges, n.hedges.Load(), false, name)
 		counter(c.hedgesWon, n.hedgesWon.Load(), false, name)

@@ -646,8 +646,8 @@ func TestMetrics(t *testing.T) {
 		`ticketd_http_requests_total{method="POST",route="/v1/namespaces/:ns/blocks",status="200"} 4`,
 		`ticketd_http_requests_total{method="POST",route="/v1/namespaces/:ns/blocks",status="403"} 1`,
 		`ticketd_ids_issued_total{ticketd_namespace="orders"} 421`,
-		`ticketd_blocks_issued_total{source="cache",ticketd_namespace="orders"} 3`,
-		`ticketd_blocks_issued_total{source="backend",ticketd_namespace="orders"} 1`,
+		`ticketd_blocks_issued_total{source="cache"} 3`,
+		`ticketd_blocks_issued_total{source="backend"} 1`,
 		`ticketd_lease_duration_seconds_count{result="ok",server="a"} 1`,
 		`ticketd_lease_duration_seconds_count{result="error",server="b"} 1`,
 		`ticketd_failovers_total{from="b"} 1`,
@@ -656,14 +656,19 @@ func TestMetrics(t *testing.T) {
 		"ticketd_cache_segments 1",
 		"ticketd_cache_namespaces 1",
 		"ticketd_cache_remaining_ids ",
-		`ticketd_cache_fetches_total{result="ok",ticketd_namespace="orders"}`,
-		`ticketd_cache_stalls_total{ticketd_namespace="orders"} 1`, // the first request finds the cache empty
+		`ticketd_cache_fetches_total{result="ok"} `,
 		`ticketd_http_request_duration_seconds_count{route="/v1/namespaces/:ns/blocks"} 5`,
 		`method="other"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The first request found the cache empty, as every namespace's first does: no prefetch could
+	// have come before it, so no stall (a stall series for every namespace ever leased from, and a
+	// namespace asked once every --cache-idle would stall at every request).
+	if strings.Contains(body, "ticketd_cache_stalls_total{") {
+		t.Errorf("the first segment counted as a stall:\n%s", grepLines(body, "ticketd_cache_stalls_total"))
 	}
 }
 

@@ -57,6 +57,16 @@ func (w *idWindow) last(now time.Time) [windowSeconds]int64 {
 	return out
 }
 
+// idleAt reports whether no ID was counted in the windowSeconds seconds up to now.
+func (w *idWindow) idleAt(now time.Time) bool {
+	for _, n := range w.last(now) {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // latencyWindow keeps, per second of the last minute, a histogram of one ticket server's lease
 // attempts (with the buckets of ticketd_lease_duration_seconds), so that the status page can show recent
 // quantiles rather than those since start. Safe for concurrent use; leases are far rarer than

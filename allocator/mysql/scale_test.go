@@ -101,3 +101,86 @@ func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardReadsRowsOneAtATime: the restored-state guard's check of a server's own rows (every
+// namespace's, every water-mark interval) allocates at most two times more a namespace, and a reading
+// of every namespace's counters (a listing, the headroom of /metrics every 10 s) eight: the rows are
+// read one at a time, not into a list of every row's settings first.
+func TestGuardReadsRowsOneAtATime(t *testing.T) {
+	pair := testenv.PrivatePair(t)
+	var dsns []string
+	for _, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+		dsns = append(dsns, m.DSN("ticketd"))
+	}
+	p := openStore(t, dsns, func(c *Config) {
+		c.Failover.WatermarkInterval, c.Failover.ProbeInterval = time.Hour, time.Hour // no background work but the test's
+	})
+	ctx := context.Background()
+	created := 0
+	grow := func(n int) {
+		for ; created < n; created++ {
+			name := fmt.Sprintf("ns%03d", created)
+			if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: name}); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // from both servers, most likely
+				if _, err := p.Lease(ctx, name, 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	allocs := func() float64 {
+		t.Helper()
+		var most float64
+		for _, s := range p.set.All() {
+			v := s.view()
+			if v == nil {
+				t.Fatalf("%s not checked", s.Name())
+			}
+			marks := p.peerMarks(ctx, s, v.offset)
+			if len(marks) < created {
+				t.Fatalf("%d marks for %d namespaces", len(marks), created)
+			}
+			n := testing.AllocsPerRun(5, func() {
+				if err := p.checkFence(ctx, s, *v, marks); err != nil {
+					t.Fatal(err)
+				}
+			})
+			most = max(most, n)
+		}
+		return most
+	}
+	// The counters of every namespace, as a listing (and the headroom of /metrics) reads them.
+	listing := func() float64 {
+		t.Helper()
+		names := make([]string, created)
+		for i := range names {
+			names[i] = fmt.Sprintf("ns%03d", i)
+		}
+		return testing.AllocsPerRun(5, func() {
+			states := p.serverStates(ctx, names)
+			for _, name := range names {
+				if st := states[name]; len(st) != 2 || st[0].Next == 0 || st[1].Next == 0 {
+					t.Fatalf("%s: %+v", name, st)
+				}
+			}
+		})
+	}
+	grow(100)
+	at100, list100 := allocs(), listing()
+	grow(400)
+	at400, list400 := allocs(), listing()
+	// The driver hands each of the two columns of a row over in an interface: at most two a row. A
+	// list of the rows cost ten.
+	if at400 > at100+2*300 {
+		t.Errorf("a check of the own rows allocates %v times at 100 namespaces, %v at 400", at100, at400)
+	}
+	// The listing: each namespace's list of two servers (two allocations as it grows), and two a row
+	// on each server. A list of the rows and a map of them cost 24.
+	if list400 > list100+8*300 {
+		t.Errorf("the counters of every namespace allocate %v times at 100 namespaces, %v at 400", list100, list400)
+	}
+	t.Logf("a check of the own rows allocates %v times at 100 namespaces, %v at 400; the counters of every namespace %v and %v", at100, at400, list100, list400)
+}

@@ -295,20 +295,20 @@ func (p *Store) serverStates(ctx context.Context, names []string) map[string][]a
 	for _, s := range p.set.All() {
 		h := s.Health()
 		base := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
-		var rows map[string]rowSettings // the server's own rows, read at once; nil when not read
+		var next []int64 // the server's counters of names, read at once; nil when not read
+		var found []bool
 		var rerr error
 		if h.Healthy {
-			rows, rerr = s.countersOf(ctx, names, h.Offset)
+			next, found, rerr = s.countersOf(ctx, names, h.Offset)
 		}
-		for _, name := range names {
+		for i, name := range names {
 			st := base
 			if h.Healthy {
-				rs, ok := rows[name]
 				switch {
 				case rerr != nil:
 					st.Healthy, st.Error = false, rerr.Error()
-				case ok:
-					st.Next = rs.next
+				case found[i]:
+					st.Next = next[i]
 				default:
 					st.Error = "no row for this namespace yet (created at its first lease)"
 				}
@@ -319,30 +319,43 @@ func (p *Store) serverStates(ctx context.Context, names []string) map[string][]a
 	return out
 }
 
-// countersOf reads the server's rows (of the given offset) of the namespaces named, by name: one
-// statement for one namespace, or for all of them (a listing reads every row at once, never one
-// statement per namespace).
-func (s *server) countersOf(ctx context.Context, names []string, offset int64) (map[string]rowSettings, error) {
-	out := make(map[string]rowSettings, len(names))
+// countersOf reads the server's counters (of the given offset) of the namespaces named: next[i] is
+// names[i]'s, when found[i]. One statement for one namespace, or for all of them (a listing reads every
+// row at once, never one statement per namespace), the name and counter of one row at a time: the
+// headroom of /metrics reads every namespace's every 10 s.
+func (s *server) countersOf(ctx context.Context, names []string, offset int64) (next []int64, found []bool, err error) {
+	next, found = make([]int64, len(names)), make([]bool, len(names))
 	if len(names) == 1 {
 		r, err := s.readRow(ctx, names[0], offset)
 		switch {
 		case errors.Is(err, errRowMissing):
-			return out, nil
+			return next, found, nil
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		}
-		out[names[0]] = r
-		return out, nil
+		next[0], found[0] = r.next, true
+		return next, found, nil
 	}
-	rows, err := s.ownRows(ctx, offset, false)
+	index := make(map[string]int, len(names))
+	for i, name := range names {
+		index[name] = i
+	}
+	rows, err := s.ctl.QueryContext(ctx, "SELECT name, next_id FROM ticketd_namespaces WHERE id_offset = ?", offset)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for _, r := range rows {
-		out[r.ns.Name] = r
+	defer rows.Close()
+	var name sql.RawBytes // the driver's bytes: a string scanned would be a copy
+	var counter int64
+	for rows.Next() {
+		if err := rows.Scan(&name, &counter); err != nil {
+			return nil, nil, err
+		}
+		if i, ok := index[string(name)]; ok {
+			next[i], found[i] = counter, true
+		}
 	}
-	return out, nil
+	return next, found, rows.Err()
 }
 
 // Migrate applies the schema on every server; all must answer.

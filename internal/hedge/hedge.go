@@ -20,11 +20,12 @@ const Recovery = 5 * time.Second
 
 // Delay keeps the latencies of the last Window answers. Feed it only the answers that were used: the
 // late answer of a request that a hedge outpaced would teach it to wait for a path that hung. The zero
-// value is ready for use; it is not safe for concurrent use.
+// value is ready for use; it is not safe for concurrent use. It holds as many latencies as it was
+// given, up to Window: a process keeps one per namespace it serves, most of which see few answers.
 type Delay struct {
-	recent [Window]time.Duration
-	n      int       // answers observed in all
-	failed time.Time // the last failure noted
+	recent []time.Duration // grows to Window, then a ring
+	n      int             // answers observed in all
+	failed time.Time       // the last failure noted
 }
 
 // Fail notes that a request failed at now (or that its answer came through a failover): the answers to
@@ -37,14 +38,18 @@ func (d *Delay) Observe(start time.Time, took time.Duration) {
 	if !d.failed.IsZero() && start.Sub(d.failed) < Recovery {
 		return
 	}
-	d.recent[d.n%Window] = took
+	if len(d.recent) < Window {
+		d.recent = append(d.recent, took)
+	} else {
+		d.recent[d.n%Window] = took
+	}
 	d.n++
 }
 
 // Get returns the 95th percentile (the nearest rank) of the latencies observed, at least floor and at
 // most ceiling; before the first answer, first (at most ceiling).
 func (d *Delay) Get(floor, ceiling, first time.Duration) time.Duration {
-	n := min(d.n, Window)
+	n := len(d.recent)
 	if n == 0 {
 		return min(first, ceiling)
 	}

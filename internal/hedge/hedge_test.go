@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestGet(t *testing.T) {
@@ -80,5 +81,28 @@ func BenchmarkGet(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		d.Get(time.Millisecond, time.Second, time.Second)
+	}
+}
+
+// TestDelayHoldsWhatItWasGiven: a Delay costs the latencies it holds, not Window of them: a process
+// keeps one per namespace it serves, and most see a few answers (one, for a namespace leased from
+// once). Past Window it keeps the last Window, in place.
+func TestDelayHoldsWhatItWasGiven(t *testing.T) {
+	var d Delay
+	if size := unsafe.Sizeof(d); size > 64 {
+		t.Fatalf("an empty Delay is %d bytes", size)
+	}
+	d.Observe(time.Time{}, time.Millisecond)
+	if c := cap(d.recent); c != 1 {
+		t.Fatalf("one answer holds room for %d", c)
+	}
+	for i := range 3 * Window {
+		d.Observe(time.Time{}, time.Duration(i))
+	}
+	if n, c := len(d.recent), cap(d.recent); n != Window || c != Window {
+		t.Fatalf("after %d answers: %d held, room for %d; want %d", 3*Window+1, n, c, Window)
+	}
+	if n := testing.AllocsPerRun(100, func() { d.Observe(time.Time{}, time.Millisecond) }); n != 0 {
+		t.Fatalf("an answer past Window allocates %v times", n)
 	}
 }
