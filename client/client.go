@@ -27,12 +27,12 @@
 // # Refill
 //
 // The next block is leased in the background once the IDs left fall below a low-water mark, so that
-// the block lands before the cache runs dry at the observed rate and refill latency; the mark is never
-// below 20% of the last block. The block size follows demand: rate × WithRefillInterval, between the
-// namespace's block size and its maximum. One lease in flight is the rule; when demand × refill latency
-// is more than the largest block the namespace allows, the Client keeps several blocks cached and
-// several leases in flight, as many as the mark needs (up to WithMaxInFlight), and fewer again when
-// demand falls. A refill not answered within the hedge delay (WithHedgeDelay; by default the 95th
+// the block lands before the cache runs dry at the fastest rate and the slowest refill latency seen
+// lately (each forgotten at half per second); the mark is never below 20% of the last block. The block
+// size follows demand: rate × WithRefillInterval, between the namespace's block size and its maximum.
+// One lease in flight is the rule; when demand × refill latency is more than the largest block the
+// namespace allows, the Client keeps several blocks cached and several leases in flight, as many as
+// the mark needs (up to WithMaxInFlight), and fewer again when demand falls. A refill not answered within the hedge delay (WithHedgeDelay; by default the 95th
 // percentile of recent requests' latencies) sends a second lease to another URL; the first block to
 // arrive is used, and the other, if it comes, is kept while the cache has room, else dropped (a gap).
 // The low-water mark covers the hedge delay too. A failed refill is retried with exponential backoff

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"runtime"
 	"strings"
@@ -744,8 +745,8 @@ func TestDemandIsSampledOverAWindowOrABlock(t *testing.T) {
 	if got := carve(9*time.Millisecond, 90); got != 255_000 {
 		t.Fatalf("100 IDs in 10ms: rate %v, want the falling rate halfway down, 255,000/s", got)
 	}
-	if c.size.lowWater != int64(255_000*0.01) {
-		t.Fatalf("low-water %d, want it moved with the rate", c.size.lowWater)
+	if want := int64(math.Ceil(500_000 * math.Exp2(-0.01) * 0.01)); c.size.lowWater != want {
+		t.Fatalf("low-water %d, want %d: planned for the fastest rate, 10ms ago (see TestMarkPlansForTheFastestRecentDemand)", c.size.lowWater, want)
 	}
 }
 
@@ -819,6 +820,93 @@ func TestPlannedLatencyRemembersTheSlowest(t *testing.T) {
 	step(2*time.Second, 10*time.Millisecond, 38125*time.Microsecond) // slowest 26.25ms; average 38.125ms
 	step(10*time.Second, 400*time.Millisecond, 400*time.Millisecond) // a slower one takes over
 	step(0, 10*time.Millisecond, 400*time.Millisecond)               // and is not forgotten at once
+}
+
+// TestMarkPlansForTheFastestRecentDemand: the mark plans for the faster of the rate now and the fastest
+// recent one, which is forgotten at half per second, as the refill latency it plans for is the slowest
+// recent one.
+func TestMarkPlansForTheFastestRecentDemand(t *testing.T) {
+	clk := newClock()
+	c := &Client{cfg: config{clock: clk}, size: sizing{lastSize: 1000, rateAt: clk.Now()}, count: counters{refills: 1}}
+	step := func(after time.Duration, ids, want int64) {
+		t.Helper()
+		clk.Advance(after)
+		c.count.carvedTotal += ids
+		c.sampleRateLocked(clk.Now())
+		if c.size.lowWater != want {
+			t.Fatalf("%d IDs in %s (rate %.0f/s): low-water %d, want %d", ids, after, c.size.rate, c.size.lowWater, want)
+		}
+	}
+	step(10*time.Millisecond, 10_000, 10_000) // 1M IDs/s × the 10ms of scheduling slack
+	fastest := 1e6
+	for range 200 { // then 100k IDs/s for 2s: the rate falls to it within 100ms, the mark by half a second
+		fastest *= math.Exp2(-0.01) // half per second
+		step(10*time.Millisecond, 1_000, int64(math.Ceil(fastest*0.01)))
+	}
+}
+
+// TestBurstAfterALullIsServedFromTheCache: a process whose callers took a million IDs a second, then a
+// tenth of that while other work held its processors, takes them as fast again once it gets them back.
+// The IDs it takes then, before a refill could land, were cached during the lull: no call waits. The
+// backend holds every lease until the test lets it land, so the IDs taken in the burst are those
+// cached before it; the manual clock sets the rates.
+func TestBurstAfterALullIsServedFromTheCache(t *testing.T) {
+	clk := newClock()
+	fake := newFake(testNS{Name: "burst", BlockSize: 1000, MaxBlockSize: 1000})
+	gate := fake.Gate(1)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one shard: every cached ID is in Stats().Cached
+	c := newClient(t, FromBackend(fake), "burst", withClock(clk), withProcs(1), WithMaxInFlight(64),
+		WithMaxWait(time.Millisecond))
+	buf := make([]int64, 100)
+	take := func(n int) error {
+		for ; n > 0; n -= len(buf) {
+			if _, err := c.NextN(context.Background(), buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	settle := func() { // lets the leases in flight land, at once on the clock, until none is needed
+		t.Helper()
+		for c.Stats().InFlight > 0 {
+			refills := c.Stats().Refills
+			select {
+			case gate <- struct{}{}:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no lease waits to land")
+			}
+			eventually(t, "the block cached", func() bool { return c.Stats().Refills == refills+1 })
+		}
+	}
+	tick := func(after time.Duration, ids int) { // the leases land as soon as they start
+		t.Helper()
+		clk.Advance(after)
+		for ; ids > 0; ids -= len(buf) {
+			if err := take(len(buf)); err != nil {
+				t.Fatal(err)
+			}
+			settle()
+		}
+	}
+	tick(0, 100) // the first block, which the backend lets through
+	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.size.nsMax == 1000 })
+	for range 20 { // a million IDs a second for 20ms
+		tick(time.Millisecond, 1000)
+	}
+	for range 20 { // 100,000 a second for 200ms
+		tick(10*time.Millisecond, 1000)
+	}
+	st := c.Stats()
+	t.Logf("after the lull: %+v", st)
+	for i := range 5 { // a million a second again, and no lease lands
+		clk.Advance(time.Millisecond)
+		if err := take(1000); err != nil {
+			t.Fatalf("burst, %d IDs in: %v (stats before it %+v)", i*1000, err, st)
+		}
+	}
+	if st := c.Stats(); st.Stalls != 0 {
+		t.Fatalf("%d calls waited for a refill", st.Stalls)
+	}
 }
 
 // TestOverlappingBlockIsRefused: a source that hands out the same block twice (a restored ticket

@@ -11,6 +11,7 @@ type sizing struct {
 	rate       float64 // IDs/s
 	rateAt     time.Time
 	rateCarved int64
+	fastest    float64       // the fastest recent demand, IDs/s, decayed by fastestHalfLife
 	latency    time.Duration // moving average of successful refills
 	slowest    time.Duration // the slowest recent refill, decayed by slowestHalfLife
 	slowestAt  time.Time
@@ -75,9 +76,20 @@ func (s *sizing) sampleRate(now time.Time, carvedTotal int64) bool {
 	sample := float64(carved) / max(dt, time.Millisecond).Seconds()
 	// Follow a rising rate at once (a stall costs more than a large block); let a falling one decay.
 	s.rate = max(sample, (s.rate+sample)/2)
+	s.fastest = max(s.rate, s.fastest*math.Exp2(-dt.Seconds()/fastestHalfLife.Seconds()))
 	s.rateAt, s.rateCarved = now, carvedTotal
 	return true
 }
+
+// fastestHalfLife is how fast the fastest recent demand is forgotten. A process that shares its
+// processors takes IDs in bursts: while other work holds the CPU its callers take few, and once they
+// run again they take as many as the processors allow, several times the rate just measured, at once.
+// The next burst is likely while the last is recent.
+const fastestHalfLife = time.Second
+
+// plannedRate is the demand the low-water mark plans for: the larger of the current rate and the
+// fastest recent one.
+func (s *sizing) plannedRate() float64 { return max(s.rate, s.fastest) }
 
 // requestSize returns the size of the next block at the demand last sampled: enough for the refill
 // interval at the observed rate, and for several refill latencies, within the bounds and short enough
@@ -149,18 +161,18 @@ func (s *sizing) noteBlock(size int64, useBy, now time.Time) {
 const schedulingSlack = 10 * time.Millisecond
 
 // setLowWater sets the mark so that a refill started at it lands before the cache runs out at the
-// observed rate: room for two refill latencies plus the scheduling slack, plus hedgeDelay (the hedge
-// delay when the source can hedge, so that a refill whose first request hangs still lands, through its
-// hedge; else 0), and never below 20% of the last block. The mark counts the IDs cached and those asked
-// for by the leases in flight; when it is more than a block, several leases are in flight and the cache
-// holds several blocks. Blocks that expire hold no more than half their life's worth: IDs beyond it
-// would expire unserved.
+// fastest recent rate (see plannedRate): room for two refill latencies plus the scheduling slack, plus
+// hedgeDelay (the hedge delay when the source can hedge, so that a refill whose first request hangs
+// still lands, through its hedge; else 0), and never below 20% of the last block. The mark counts the
+// IDs cached and those asked for by the leases in flight; when it is more than a block, several leases
+// are in flight and the cache holds several blocks. Blocks that expire hold no more than half their
+// life's worth: IDs beyond it would expire unserved.
 func (s *sizing) setLowWater(hedgeDelay time.Duration) {
 	runway := 2*s.refillLatency() + schedulingSlack + hedgeDelay
 	if life := s.blockLife(); life > 0 {
 		runway = min(runway, life/2)
 	}
-	s.lowWater = max(s.lastSize/5, int64(math.Ceil(s.rate*runway.Seconds())), 1)
+	s.lowWater = max(s.lastSize/5, int64(math.Ceil(s.plannedRate()*runway.Seconds())), 1)
 }
 
 // full is how many IDs, cached and asked for by the leases in flight, refills top the cache up to: the
