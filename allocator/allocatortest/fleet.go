@@ -107,6 +107,47 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("RestoredFromACopyOlderThanALowering", func(t *testing.T) {
 		runRestoredAcrossLowering(t, newFleet(t))
 	})
+	t.Run("StartAdvancedOnAFencedServerWhileTheOtherIsDown", func(t *testing.T) {
+		runStartOnFenced(t, newFleet(t))
+	})
+}
+
+// runStartOnFenced: B is put back from a dump under p, which fences it and leaves it fenced (no
+// repair). A goes down; an admin process, which cannot read A's marks of B, advances the start on B
+// alone. A comes back. p, whose settings expire quickly, must lease nothing from A below the new start:
+// the change is on B alone, and B, fenced, still holds what it was told since.
+func runStartOnFenced(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	p := r.serving(f, ProcessOptions{SettingsTTL: 200 * time.Millisecond})
+	restore, err := f.Backup(r.ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p, b, 3)
+	if err := restore(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.untilFrom(p, a) // p leases on from A, and finds B went back
+	FencedHealth(t, p, b)
+	if err := f.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	const start = 1_000_000_000
+	admin := f.Process(t, ProcessOptions{})
+	if _, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, Start: start}); err != nil {
+		t.Fatal(err)
+	}
+	admin.Crash()
+	if err := f.Start(r.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // p's settings are older than their TTL
+	blk := r.untilFrom(p, a)
+	if blk.Start < start {
+		t.Fatalf("%s leased %v after the start was advanced to %d on %s, fenced in the process, while %s was down", a, blk, start, b, a)
+	}
+	r.disjoint()
 }
 
 // runRestoredAcrossLowering: B is copied; it issues more; max_id is lowered (every server takes it);

@@ -91,9 +91,12 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 // 122165, 122833, 128565 and 138391, a repair added its margin to a water mark from before the start
 // was advanced, and put the counter back at the start, below IDs issued from there; 1043285, a process
 // whose guard could not inspect a server (replies lost) did not read the peers' marks of it either,
-// and its next lease there, which got through, carried a floor from before the server was restored.
+// and its next lease there, which got through, carried a floor from before the server was restored;
+// 1037067, a repair left a row restored from before a lowering of max_id with the old ceiling; 1053385,
+// a process read the settings from none of the servers holding a start advance (one was fenced in it,
+// the other down when the change was made) and leased below it.
 func TestSimulationSeedsThatFoundBugs(t *testing.T) {
-	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285} {
+	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385} {
 		if r := Run(seed, Off{}); r.Failed() {
 			t.Error(r.Report(80))
 		}

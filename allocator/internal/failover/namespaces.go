@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -528,20 +529,28 @@ func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
 	return best, fmt.Errorf("%w: %q", allocator.ErrNotFound, name)
 }
 
-// readable returns the servers that reads go to: the usable ones, and with ReviveToRead, when there
-// are none, those whose backoff has passed and that pass their checks again.
+// readable returns the servers that reads go to: the usable ones and the fenced ones, and with
+// ReviveToRead, when none is usable, those whose backoff has passed and that pass their checks again.
 func (set *Set[S, R]) readable(ctx context.Context) []S {
 	var out []S
+	usable := 0
 	for _, s := range set.servers {
-		if s.Usable() {
+		switch {
+		case s.Usable():
+			out = append(out, s)
+			usable++
+		case s.Health().Fenced:
+			// A fenced server went back in time, but what it holds of the settings is merged by
+			// time like any copy, and a change made since it went back (a start advance while the
+			// others were down) may be on it alone.
 			out = append(out, s)
 		}
 	}
-	if len(out) > 0 || !set.cfg.ReviveToRead {
+	if usable > 0 || !set.cfg.ReviveToRead {
 		return out
 	}
 	for _, s := range set.servers {
-		if s.Due(set.cfg.Now()) && s.Revive(ctx) == nil {
+		if !slices.Contains(out, s) && s.Due(set.cfg.Now()) && s.Revive(ctx) == nil {
 			out = append(out, s)
 		}
 	}
