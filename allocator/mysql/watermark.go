@@ -487,24 +487,32 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	return res, nil
 }
 
-// defaultMargin sizes a repair's margin from the highest lease rates the peers recorded for the
-// server: of every process together, and of the fastest one (see failover.RepairMargin).
+// defaultMargin sizes a repair's margin from the highest lease rates the peers recorded: of every
+// process together, from every server (any of which can take the whole fleet's demand when the others
+// are cut off; see failover.ShiftedPeak), and of the fastest one process.
 func (p *Store) defaultMargin(ctx context.Context, s *server, v serverVars, namespace string, maxBlock int64) (int64, string) {
 	var peaks failover.Peaks
+	fleet := map[int64]int64{}
 	for _, peer := range p.set.All() {
 		if peer == s {
 			continue
 		}
-		var one failover.Peaks
-		var intervalUS int64
 		qctx, cancel := p.cfg.Runtime.Timeout(ctx, p.cfg.AttemptTimeout)
-		err := peer.ctl.QueryRowContext(qctx, "SELECT fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates WHERE namespace = ? AND peer_offset = ?",
-			namespace, v.offset).Scan(&one.Fleet, &one.Process, &intervalUS)
-		cancel()
+		rows, err := peer.ctl.QueryContext(qctx, "SELECT peer_offset, fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates WHERE namespace = ?", namespace)
 		if err == nil {
-			peaks.Fleet, peaks.Process = max(peaks.Fleet, one.Fleet), max(peaks.Process, one.Process)
-			peaks.Interval = max(peaks.Interval, time.Duration(intervalUS)*time.Microsecond)
+			for rows.Next() {
+				var offset, fleetPeak, processPeak, intervalUS int64
+				if rows.Scan(&offset, &fleetPeak, &processPeak, &intervalUS) != nil {
+					break
+				}
+				fleet[offset] = max(fleet[offset], fleetPeak)
+				peaks.Process = max(peaks.Process, processPeak)
+				peaks.Interval = max(peaks.Interval, time.Duration(intervalUS)*time.Microsecond)
+			}
+			rows.Close()
 		}
+		cancel()
 	}
+	peaks.Fleet = failover.ShiftedPeak(fleet, len(p.set.All()))
 	return failover.RepairMargin(peaks, p.cfg.WatermarkInterval, maxBlock, v.increment)
 }

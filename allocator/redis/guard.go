@@ -363,21 +363,35 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 // together, and of the fastest one.
 func (s *Store) peaks(ctx context.Context, in *instance, namespace string) failover.Peaks {
 	var peaks failover.Peaks
-	field := strconv.FormatInt(in.offset, 10) + ":" + namespace
+	fleet := map[int64]int64{}
+	// each reads a hash of "offset:namespace" fields, and calls f with every offset's value for the
+	// namespace.
+	each := func(p *instance, key string, f func(offset, v int64)) {
+		m, err := p.client.HGetAll(ctx, key).Result()
+		if err != nil {
+			return
+		}
+		for field, val := range m {
+			off, ns, ok := strings.Cut(field, ":")
+			if !ok || ns != namespace {
+				continue
+			}
+			o, err1 := strconv.ParseInt(off, 10, 64)
+			v, err2 := strconv.ParseInt(val, 10, 64)
+			if err1 == nil && err2 == nil {
+				f(o, v)
+			}
+		}
+	}
 	for _, p := range s.set.All() {
 		if p == in {
 			continue
 		}
-		if r, err := p.client.HGet(ctx, s.keys.rates(), field).Int64(); err == nil {
-			peaks.Process = max(peaks.Process, r)
-		}
-		if r, err := p.client.HGet(ctx, s.keys.fleet(), field).Int64(); err == nil {
-			peaks.Fleet = max(peaks.Fleet, r)
-		}
-		if us, err := p.client.HGet(ctx, s.keys.intervals(), field).Int64(); err == nil {
-			peaks.Interval = max(peaks.Interval, time.Duration(us)*time.Microsecond)
-		}
+		each(p, s.keys.rates(), func(_, v int64) { peaks.Process = max(peaks.Process, v) })
+		each(p, s.keys.fleet(), func(o, v int64) { fleet[o] = max(fleet[o], v) })
+		each(p, s.keys.intervals(), func(_, v int64) { peaks.Interval = max(peaks.Interval, time.Duration(v)*time.Microsecond) })
 	}
+	peaks.Fleet = failover.ShiftedPeak(fleet, len(s.set.All()))
 	return peaks
 }
 

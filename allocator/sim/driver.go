@@ -379,6 +379,17 @@ func (s *Server) query(w *World, st *stmt, a []driver.Value) (driver.Rows, error
 			out.vals = append(out.vals, v[:len(cols)])
 		}
 		return out, nil
+	case strings.HasPrefix(q, "SELECT peer_offset, fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates WHERE namespace = ?"):
+		out := &rows{cols: []string{"o", "f", "p", "i"}}
+		if w.Off.PeerMarks {
+			return out, nil
+		}
+		for _, k := range sortedRateKeys(d.rates) {
+			if r := d.rates[k]; k.ns == str(a[0]) {
+				out.vals = append(out.vals, []driver.Value{k.offset, r.fleetPeak, r.peak, r.intervalUS})
+			}
+		}
+		return out, nil
 	case strings.HasPrefix(q, "SELECT fleet_peak_per_s, peak_per_s, interval_us FROM ticketd_lease_rates"):
 		out := &rows{cols: []string{"f", "p", "i"}}
 		if r, ok := d.rates[peerKey{str(a[0]), i64(a[1])}]; ok && !w.Off.PeerMarks {
@@ -704,4 +715,19 @@ func (s *Server) paceRow(a, u []driver.Value, nowUS int64) (driver.Result, error
 	r.writtenUS = i64(u[7])
 	r.intervalUS = max(r.intervalUS, i64(u[8]))
 	return result{n: 2}, nil
+}
+
+// sortedRateKeys are the keys of the lease rates in a fixed order: a schedule replays the same.
+func sortedRateKeys(m map[peerKey]*rate) []peerKey {
+	keys := make([]peerKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y peerKey) int {
+		if c := strings.Compare(x.ns, y.ns); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.offset, y.offset)
+	})
+	return keys
 }

@@ -441,6 +441,7 @@ func (w *World) settings() {
 	case "block sizes":
 		ns.BlockSize = 1 + w.rng.Int64N(ns.MaxBlockSize)
 	}
+	w.leftLower = nil // every change writes settings newer than theirs
 	name := fmt.Sprintf("admin.%d", incarnation(w))
 	cut := ""
 	if w.rng.IntN(3) == 0 {
@@ -454,8 +455,12 @@ func (w *World) settings() {
 		return err
 	})
 	if err != nil {
-		// Not in force; a raise may still have reached some server.
+		// Not in force; a raise may still have reached some server, and a lowering stayed on those
+		// it could not be taken back from.
 		w.ceiling = max(w.ceiling, ns.MaxID)
+		if kind == "max_id lowered" {
+			w.leftLower = append(w.leftLower, advance{ns.MaxID, w.now})
+		}
 		w.logf("admin: %s (max_id %d, start %d, block %d)%s: %s", kind, ns.MaxID, ns.Start, ns.BlockSize, cut, short(err))
 		return
 	}

@@ -242,8 +242,13 @@ type World struct {
 	issued   map[int64][][2]int64 // by residue: the ranges issued
 	ceiling  int64                // the highest max_id a lease beginning now may reach
 	advances []advance            // the start advances that returned
-	ns       allocator.Namespace  // the settings the admin last set
-	highest  int64
+	// leftLower are lowerings of max_id that failed but left the lower ceiling on some server (the
+	// admin cut off before it could put it back): in force for a process once it read the settings
+	// from a server that holds it, as for a start advance a server missed. The next change of the
+	// settings, which writes newer ones, ends them.
+	leftLower []advance
+	ns        allocator.Namespace // the settings the admin last set
+	highest   int64
 
 	trace     []line
 	counts    map[string]int
@@ -457,16 +462,32 @@ func (w *World) inForce(p *Proc) inForce {
 		r := s.data.rows[rowKey{namespace, s.offset}]
 		return r != nil && r.start >= a.start
 	}
+	knows := func(holds func(*Server) bool, at time.Time) bool {
+		if w.now.Before(at.Add(settingsTTL)) {
+			return false
+		}
+		for _, o := range w.servers {
+			st := w.links[p.name+"/"+o.name]
+			if o.up && (st == linkOK || st == linkSlow) && !w.now.Before(o.steadySince.Add(settingsTTL+2*time.Second)) && holds(o) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, s := range w.servers {
 		for _, a := range w.advances {
-			known := false
-			for _, o := range w.servers {
-				st := w.links[p.name+"/"+o.name]
-				known = known || (o.up && (st == linkOK || st == linkSlow) && !w.now.Before(o.steadySince.Add(settingsTTL+2*time.Second)) && holds(o, a))
-			}
-			if (known && !w.now.Before(a.at.Add(settingsTTL))) || holds(s, a) {
+			if knows(func(o *Server) bool { return holds(o, a) }, a.at) || holds(s, a) {
 				f.start[s.name] = max(f.start[s.name], a.start)
 			}
+		}
+	}
+	for _, l := range w.leftLower {
+		lower := func(o *Server) bool {
+			r := o.data.rows[rowKey{namespace, o.offset}]
+			return r != nil && r.maxID <= l.start
+		}
+		if knows(lower, l.at) {
+			f.ceiling = min(f.ceiling, l.start)
 		}
 	}
 	return f

@@ -152,6 +152,23 @@ type Peaks struct {
 	Interval       time.Duration
 }
 
+// ShiftedPeak is the fleet's rate a repair's margin assumes for one server: what every process leased
+// from every server together, each server at the highest rate its peers recorded for it (fleet, by
+// offset), and one whose rates are lost (kept on the server that lost its data) at the highest of the
+// others; servers is how many there are. When a server's peers are cut off from the fleet, that
+// server takes the whole of it, at once, and the marks of what it issued then reach no peer.
+func ShiftedPeak(fleet map[int64]int64, servers int) int64 {
+	var sum, top int64
+	for _, r := range fleet {
+		sum += r
+		top = max(top, r)
+	}
+	if missing := servers - len(fleet); missing > 0 {
+		sum += int64(missing) * top
+	}
+	return sum
+}
+
 // RepairMargin sizes a repair's margin from what can have been leased since the last water mark was
 // written: RepairMarginIntervals water-mark intervals (the longer of interval and the one recorded with
 // the peaks) at the highest rate recorded with the marks (the fleet's, or one process's when that is

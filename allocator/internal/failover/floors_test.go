@@ -30,3 +30,23 @@ func TestRepairTarget(t *testing.T) {
 		})
 	}
 }
+
+// TestShiftedPeak: a repair's margin assumes that one server took what the fleet leased from every
+// server, since the others may have been cut off from the fleet; a server whose rates were lost (kept
+// on the server that lost its data) counts at the highest of the others.
+func TestShiftedPeak(t *testing.T) {
+	for _, tc := range []struct {
+		fleet   map[int64]int64
+		servers int
+		want    int64
+	}{
+		{map[int64]int64{1: 500, 2: 520}, 2, 1020},
+		{map[int64]int64{1: 500}, 2, 1000}, // the pair's other rates went with its data
+		{map[int64]int64{1: 100, 2: 300}, 3, 700},
+		{map[int64]int64{}, 2, 0},
+	} {
+		if got := ShiftedPeak(tc.fleet, tc.servers); got != tc.want {
+			t.Errorf("ShiftedPeak(%v, %d) = %d, want %d", tc.fleet, tc.servers, got, tc.want)
+		}
+	}
+}
