@@ -326,6 +326,13 @@ func (w *World) goBack(s *Server, kind string) {
 	}
 	s.data, s.wentBack, s.steadySince = nd, w.now, w.now
 	w.forgetLostAdvances()
+	if r := nd.rows[rowKey{namespace, s.offset}]; r != nil && r.maxID > w.ceiling {
+		// A copy older than a lowering puts the old ceiling back on this server: what holds a
+		// process below the new one now is what it read from the others (see leftLower), until the
+		// server's row catches up or the change is run again.
+		w.leftLower = append(w.leftLower, advance{w.ceiling, w.ceilingAt})
+		w.ceiling = r.maxID
+	}
 	if kind != "restore logical" {
 		s.up = true
 		s.epoch++
@@ -463,6 +470,9 @@ func (w *World) settings() {
 		}
 		w.logf("admin: %s (max_id %d, start %d, block %d)%s: %s", kind, ns.MaxID, ns.Start, ns.BlockSize, cut, short(err))
 		return
+	}
+	if ns.MaxID != w.ceiling {
+		w.ceilingAt = w.now
 	}
 	w.ns, w.ceiling = ns, ns.MaxID
 	w.ns.Start = max(w.ns.Start, got.Start)

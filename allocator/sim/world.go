@@ -203,6 +203,9 @@ type Proc struct {
 	tasks []*task
 	order []int // the servers in the order its configuration lists them
 	rate  int   // leases per lease event
+	// asked is when it last began a lease: a lease reads the settings again when they are older than
+	// settingsTTL, for the leases after it.
+	asked time.Time
 }
 
 type task struct {
@@ -241,6 +244,8 @@ type World struct {
 	// What the invariants compare with.
 	issued   map[int64][][2]int64 // by residue: the ranges issued
 	ceiling  int64                // the highest max_id a lease beginning now may reach
+	// ceilingAt is when the admin last set max_id (zero: at the start).
+	ceilingAt time.Time
 	advances []advance            // the start advances that returned
 	// leftLower are lowerings of max_id that failed but left the lower ceiling on some server (the
 	// admin cut off before it could put it back): in force for a process once it read the settings
@@ -462,13 +467,26 @@ func (w *World) inForce(p *Proc) inForce {
 		r := s.data.rows[rowKey{namespace, s.offset}]
 		return r != nil && r.start >= a.start
 	}
+	// knows: the process's previous lease read the settings again (they were older than settingsTTL
+	// since the change), while a server holding the change was reached and steady.
+	// Reads go to the servers in the process's rotation (and the fenced ones): one it took out of
+	// rotation is read again once it is checked again.
+	prev := p.asked
+	p.asked = w.now
+	var reads map[string]bool
 	knows := func(holds func(*Server) bool, at time.Time) bool {
-		if w.now.Before(at.Add(settingsTTL)) {
+		if prev.Before(at.Add(settingsTTL)) {
 			return false
+		}
+		if reads == nil {
+			reads = map[string]bool{}
+			for _, h := range p.store.Health() {
+				reads[h.Name] = h.Healthy || h.Fenced
+			}
 		}
 		for _, o := range w.servers {
 			st := w.links[p.name+"/"+o.name]
-			if o.up && (st == linkOK || st == linkSlow) && !w.now.Before(o.steadySince.Add(settingsTTL+2*time.Second)) && holds(o) {
+			if o.up && (st == linkOK || st == linkSlow) && reads[o.name] && !prev.Before(o.steadySince.Add(settingsTTL+2*time.Second)) && holds(o) {
 				return true
 			}
 		}
@@ -482,9 +500,9 @@ func (w *World) inForce(p *Proc) inForce {
 		}
 	}
 	for _, l := range w.leftLower {
-		lower := func(o *Server) bool {
+		lower := func(o *Server) bool { // the lowering's own write, not an older ceiling a restore put back
 			r := o.data.rows[rowKey{namespace, o.offset}]
-			return r != nil && r.maxID <= l.start
+			return r != nil && r.maxID == l.start && r.maxIDUS >= l.at.Add(-time.Second).UnixMicro()
 		}
 		if knows(lower, l.at) {
 			f.ceiling = min(f.ceiling, l.start)
