@@ -139,6 +139,9 @@ func (f *fleet) Process(t *testing.T, o allocatortest.ProcessOptions) *allocator
 		if o.SettingsTTL > 0 {
 			c.SettingsTTL = o.SettingsTTL
 		}
+		if o.ProbeInterval > 0 {
+			c.ProbeInterval = o.ProbeInterval
+		}
 		c.beforeChange, c.marksWriting = o.BeforeChange, o.MarksWriting
 	})
 	return allocatortest.NewProcess(p, cut, p.crash)

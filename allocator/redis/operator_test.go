@@ -171,6 +171,9 @@ func (f *fleet) Process(t *testing.T, o allocatortest.ProcessOptions) *allocator
 	if o.SettingsTTL > 0 {
 		cfg.SettingsTTL = o.SettingsTTL
 	}
+	if o.ProbeInterval > 0 {
+		cfg.ProbeInterval = o.ProbeInterval
+	}
 	cfg.beforeChange, cfg.marksWriting = o.BeforeChange, o.MarksWriting
 	s, err := Open(context.Background(), cfg)
 	if err != nil {

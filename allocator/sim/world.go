@@ -206,6 +206,9 @@ type Proc struct {
 	// asked is when it last began a lease: a lease reads the settings again when they are older than
 	// settingsTTL, for the leases after it.
 	asked time.Time
+	// reads are the servers its settings reads went to when it began that lease: those in its
+	// rotation, and the fenced ones (nil: not looked at).
+	reads map[string]bool
 }
 
 type task struct {
@@ -471,18 +474,17 @@ func (w *World) inForce(p *Proc) inForce {
 	// since the change), while a server holding the change was reached and steady.
 	// Reads go to the servers in the process's rotation (and the fenced ones): one it took out of
 	// rotation is read again once it is checked again.
-	prev := p.asked
-	p.asked = w.now
-	var reads map[string]bool
-	knows := func(holds func(*Server) bool, at time.Time) bool {
-		if prev.Before(at.Add(settingsTTL)) {
-			return false
+	prev, reads := p.asked, p.reads
+	p.asked, p.reads = w.now, nil
+	if len(w.advances) > 0 || len(w.leftLower) > 0 {
+		p.reads = map[string]bool{}
+		for _, h := range p.store.Health() {
+			p.reads[h.Name] = h.Healthy || h.Fenced
 		}
-		if reads == nil {
-			reads = map[string]bool{}
-			for _, h := range p.store.Health() {
-				reads[h.Name] = h.Healthy || h.Fenced
-			}
+	}
+	knows := func(holds func(*Server) bool, at time.Time) bool {
+		if prev.Before(at.Add(settingsTTL)) || reads == nil {
+			return false
 		}
 		for _, o := range w.servers {
 			st := w.links[p.name+"/"+o.name]
