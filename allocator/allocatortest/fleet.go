@@ -110,6 +110,68 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("StartAdvancedOnAFencedServerWhileTheOtherIsDown", func(t *testing.T) {
 		runStartOnFenced(t, newFleet(t))
 	})
+	t.Run("PeerRestoredThenTheServerLostItsData", func(t *testing.T) {
+		runPeerRestoredThenLost(t, newFleet(t))
+	})
+}
+
+// runPeerRestoredThenLost: A is copied; p leases from B for a few seconds, its marks of B reaching A;
+// A is put back from the copy, and the marks of B it kept go back with it. p fences A, and must write
+// its marks of B there again (A keeps marks while fenced). Then p crashes and B loses its data: the
+// repair of B, sized from A's marks, must move B past every ID it issued.
+func runPeerRestoredThenLost(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	const interval = 300 * time.Millisecond
+	p := f.Process(t, ProcessOptions{WatermarkInterval: interval})
+	t.Cleanup(func() { _ = p.Close() })
+	if _, err := p.CreateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxBlockSize: 100}); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseFrom(p, a, 2)
+	r.leaseFrom(p, b, 2)
+	putBack, err := f.ColdCopy(r.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.untilFrom(p, a)
+	r.leaseFrom(p, a, 2) // A's copy is behind what p saw there: p will fence A
+	for range 100 {      // a steady pace: the margin covers a few intervals of it, not all of it
+		r.leaseFrom(p, b, 1)
+		time.Sleep(30 * time.Millisecond)
+	}
+	highestB := Highest(r.blocks, b)
+	if err := f.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := putBack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(r.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	FencedHealth(t, p, a)
+	time.Sleep(10 * interval) // p writes its marks of B to A again
+	p.Crash()
+	if err := f.Wipe(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p2 := f.Process(t, ProcessOptions{WatermarkInterval: interval})
+	t.Cleanup(func() { _ = p2.Close() })
+	FencedHealth(t, p2, b)
+	res, err := p2.Repair(r.ctx, "orders", b, allocator.RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("repair: mark %d, margin %d (%s), counter now %d; %s issued up to %d", res.Watermark, res.Margin, res.MarginWhy, res.After, b, highestB)
+	if res.After <= highestB {
+		t.Fatalf("the repair moved %s to %d, but it had issued up to %d: the marks %s kept of it went back with %s's restore, and were not written there again (mark %d)",
+			b, res.After, highestB, a, a, res.Watermark)
+	}
+	if blk := r.untilFrom(p2, b); blk.Start <= highestB {
+		t.Fatalf("after the repair %s leased %v, not above %d", b, blk, highestB)
+	}
+	r.disjoint()
 }
 
 // runStartOnFenced: B is put back from a dump under p, which fences it and leaves it fenced (no

@@ -43,7 +43,10 @@ func (p *Store) writeWatermarks(ctx context.Context) error {
 		}
 		pace := s.marks.TakePace(now)
 		for _, peer := range p.set.All() {
-			if peer == s || !peer.Usable() {
+			// A fenced peer keeps marks too: what it holds of the others does not depend on its
+			// own counters, and a process that ends before the peer is repaired would take the
+			// marks it could write there with it.
+			if peer == s || !(peer.Usable() || peer.fence.Fenced()) {
 				continue
 			}
 			err := p.writeTo(ctx, s, peer, *v, pace, now)
@@ -376,6 +379,12 @@ func belowMarks(rows []rowSettings, marks map[string]failover.Mark, identity str
 
 // fence records that s went back in time for the namespaces named (see failover.Set.Fence).
 func (p *Store) fence(s *server, namespaces, details []string) error {
+	// The marks s kept of the others went back with it: they are written there again.
+	for _, o := range p.set.All() {
+		if o != s {
+			o.marks.Unwrite(s.Name())
+		}
+	}
 	return p.set.Fence(s, &s.fence, namespaces, details, p.kickGuard)
 }
 

@@ -35,7 +35,8 @@ func (s *Store) writeMarks(ctx context.Context) error {
 		}
 		pace := in.marks.TakePace(now)
 		for _, p := range s.set.All() {
-			if p == in || !p.Usable() {
+			// A fenced peer keeps marks too (see the MySQL backend's writeWatermarks).
+			if p == in || !(p.Usable() || p.fence.Fenced()) {
 				continue
 			}
 			err := s.writeTo(ctx, in, p, pace)
@@ -197,6 +198,13 @@ func (s *Store) checkFence(ctx context.Context, in *instance) error {
 
 // fence records that the instance went back in time for the namespaces named (see failover.Set.Fence).
 func (s *Store) fence(in *instance, namespaces, details []string) error {
+	// The marks in kept of the others went back with it: they are written there again.
+	for _, o := range s.set.All() {
+		if o != in {
+			o.marks.Unwrite(in.Name())
+			o.local.Unwrite(in.Name())
+		}
+	}
 	return s.set.Fence(in, &in.fence, namespaces, details, s.kickGuard)
 }
 

@@ -95,9 +95,11 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 // 1037067, a repair left a row restored from before a lowering of max_id with the old ceiling; 1053385,
 // a process read the settings from none of the servers holding a start advance (one was fenced in it,
 // the other down when the change was made) and leased below it; 2605, a repair sized its margin by the
-// server's own pace, while the fleet, cut off from its peer, had leased there at twice that.
+// server's own pace, while the fleet, cut off from its peer, had leased there at twice that; 1365334,
+// a peer put back from a copy lost the marks it kept of the other server, and no process wrote them
+// there again, so that the other's repair after it lost its data fell short.
 func TestSimulationSeedsThatFoundBugs(t *testing.T) {
-	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605} {
+	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605, 1365334} {
 		if r := Run(seed, Off{}); r.Failed() {
 			t.Error(r.Report(80))
 		}

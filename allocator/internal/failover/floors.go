@@ -126,6 +126,14 @@ func (f *Floors) Pending(peer string) map[string]Mark {
 	return out
 }
 
+// Unwrite forgets what the named peer was given: it went back in time (restored, lost its data,
+// replaced), and the marks it held are to be written there again.
+func (f *Floors) Unwrite(peer string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.written, peer)
+}
+
 // Wrote notes that the named peer now holds v as the namespace's water mark.
 func (f *Floors) Wrote(peer, ns string, v int64) {
 	f.mu.Lock()
