@@ -245,11 +245,11 @@ type World struct {
 	nextID     int64
 
 	// What the invariants compare with.
-	issued   map[int64][][2]int64 // by residue: the ranges issued
-	ceiling  int64                // the highest max_id a lease beginning now may reach
+	issued  map[int64][][2]int64 // by residue: the ranges issued
+	ceiling int64                // the highest max_id a lease beginning now may reach
 	// ceilingAt is when the admin last set max_id (zero: at the start).
 	ceilingAt time.Time
-	advances []advance            // the start advances that returned
+	advances  []advance // the start advances that returned
 	// leftLower are lowerings of max_id that failed but left the lower ceiling on some server (the
 	// admin cut off before it could put it back): in force for a process once it read the settings
 	// from a server that holds it, as for a start advance a server missed. The next change of the
