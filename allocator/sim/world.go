@@ -106,7 +106,7 @@ type counterAt struct {
 
 // burst says whether what s issued above its peers' highest mark (marked) is more than a repair's
 // margin covers at the fleet's own pace: three water-mark intervals at the most it ever leased there
-// within one interval before it passed that mark, or ten of the largest blocks (step steps). A fleet
+// in one interval (averaged over two) before it passed that mark, or ten of the largest blocks. A fleet
 // that leases far faster in its last seconds than it ever did before outruns any margin sized from its
 // past, which the guarantees leave out.
 func (s *Server) burst(marked, maxBlock int64) (unmarked, allowed int64) {
@@ -121,17 +121,22 @@ func (s *Server) burst(marked, maxBlock int64) (unmarked, allowed int64) {
 	if first == len(h) {
 		return 0, 0
 	}
-	var peak int64 // the most leased within one interval, before the counter passed the mark
+	// The pace the peers can have measured: what was leased within two intervals, by the interval,
+	// once a first interval had passed (a process's first report of its pace carries no rate).
+	var peak int64
 	lo := 0
 	for j := 0; j < first; j++ {
-		for h[j].at.Sub(h[lo].at) >= interval {
+		if h[j].at.Sub(h[0].at) < interval {
+			continue
+		}
+		for h[j].at.Sub(h[lo].at) >= 2*interval {
 			lo++
 		}
 		var base int64 // what was taken before h[lo]
 		if lo > 0 {
 			base = h[lo-1].cum
 		}
-		peak = max(peak, h[j].cum-base)
+		peak = max(peak, (h[j].cum-base)/2)
 	}
 	for _, e := range h[first:] {
 		unmarked = max(unmarked, e.c-marked)
