@@ -367,6 +367,18 @@ func (w *World) legal(s *Server, at time.Time, nd *data, promote bool) string {
 		if !o.wentBack.IsZero() || !o.up || w.now.Sub(o.steadySince) < 2*interval {
 			return "a peer is not steady"
 		}
+		// Every process has the peer back in rotation (its /readyz says so): one that still counts
+		// it out after a fault does not read the marks it keeps when it checks the server.
+		for _, p := range w.procs {
+			if p == nil {
+				continue
+			}
+			for _, h := range p.store.Health() {
+				if h.Name == o.name && !h.Healthy {
+					return "a peer is out of a process's rotation"
+				}
+			}
+		}
 		for k, st := range w.links {
 			if st != linkOK && strings.HasSuffix(k, "/"+o.name) {
 				return "a peer is not reached by every party"
@@ -387,6 +399,20 @@ func (w *World) legal(s *Server, at time.Time, nd *data, promote bool) string {
 	}
 	if s.unmarked > marked {
 		return fmt.Sprintf("it issued up to %d to a process that had reached no peer for an interval, and no peer's mark holds it (the highest %d)", s.unmarked, marked)
+	}
+	// A raise of max_id that only this server took is lost with it, and what it issued under the raise
+	// with it: the guarantees leave that to the operator (an admin's change is run again before a
+	// restore), as they do a start advance.
+	if cur := s.data.rows[rowKey{namespace, s.offset}]; cur != nil {
+		higher := true
+		for _, o := range w.servers {
+			if r := o.data.rows[rowKey{namespace, o.offset}]; o != s && r != nil && r.maxID >= cur.maxID {
+				higher = false
+			}
+		}
+		if r := nd.rows[rowKey{namespace, s.offset}]; higher && (r == nil || r.maxID < cur.maxID) {
+			return "a raise of max_id only this server took would be lost"
+		}
 	}
 	s.notePeak()
 	next := nd.rows[rowKey{namespace, s.offset}]
