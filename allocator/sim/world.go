@@ -210,10 +210,11 @@ type Proc struct {
 	rate  int   // leases per lease event
 	// asked is when it last began a lease: a lease reads the settings again when they are older than
 	// settingsTTL, for the leases after it.
-	asked time.Time
-	// reads are the servers its settings reads went to when it began that lease: those in its
-	// rotation, and the fenced ones (nil: not looked at).
-	reads map[string]bool
+	// refreshed is when a lease of its last read the settings again (a lease does when they are
+	// older than settingsTTL, for the leases after it), and read the rows that read got: from the
+	// servers in its rotation (and the fenced ones) that it reached, steady, then.
+	refreshed time.Time
+	read      map[string]row
 }
 
 type task struct {
@@ -471,29 +472,30 @@ type inForce struct {
 
 func (w *World) inForce(p *Proc) inForce {
 	f := inForce{ceiling: w.ceiling, start: map[string]int64{}}
-	holds := func(s *Server, a advance) bool {
-		r := s.data.rows[rowKey{namespace, s.offset}]
-		return r != nil && r.start >= a.start
-	}
-	// knows: the process's previous lease read the settings again (they were older than settingsTTL
-	// since the change), while a server holding the change was reached and steady.
-	// Reads go to the servers in the process's rotation (and the fenced ones): one it took out of
-	// rotation is read again once it is checked again.
-	prev, reads := p.asked, p.reads
-	p.asked, p.reads = w.now, nil
-	if len(w.advances) > 0 || len(w.leftLower) > 0 {
-		p.reads = map[string]bool{}
+	holds := func(r *row, a advance) bool { return r != nil && r.start >= a.start }
+	here := func(s *Server) *row { return s.data.rows[rowKey{namespace, s.offset}] }
+	prev, read := p.refreshed, p.read
+	if w.now.Sub(p.refreshed) >= settingsTTL { // this lease reads them again, for the next ones
+		p.refreshed, p.read = w.now, map[string]row{}
+		rotation := map[string]bool{}
 		for _, h := range p.store.Health() {
-			p.reads[h.Name] = h.Healthy || h.Fenced
-		}
-	}
-	knows := func(holds func(*Server) bool, at time.Time) bool {
-		if prev.Before(at.Add(settingsTTL)) || reads == nil {
-			return false
+			rotation[h.Name] = h.Healthy || h.Fenced
 		}
 		for _, o := range w.servers {
 			st := w.links[p.name+"/"+o.name]
-			if o.up && (st == linkOK || st == linkSlow) && reads[o.name] && !prev.Before(o.steadySince.Add(settingsTTL+2*time.Second)) && holds(o) {
+			if r := here(o); r != nil && o.up && (st == linkOK || st == linkSlow) && rotation[o.name] && !w.now.Before(o.steadySince.Add(2*time.Second)) {
+				p.read[o.name] = *r
+			}
+		}
+	}
+	// knows: a read of the settings since the change got a row that holds it. (A read at the same
+	// instant as the change may have come first.)
+	knows := func(holds func(*row) bool, at time.Time) bool {
+		if !prev.After(at) {
+			return false
+		}
+		for _, r := range read {
+			if holds(&r) {
 				return true
 			}
 		}
@@ -501,15 +503,14 @@ func (w *World) inForce(p *Proc) inForce {
 	}
 	for _, s := range w.servers {
 		for _, a := range w.advances {
-			if knows(func(o *Server) bool { return holds(o, a) }, a.at) || holds(s, a) {
+			if knows(func(r *row) bool { return holds(r, a) }, a.at) || holds(here(s), a) {
 				f.start[s.name] = max(f.start[s.name], a.start)
 			}
 		}
 	}
 	for _, l := range w.leftLower {
-		lower := func(o *Server) bool { // the lowering's own write, not an older ceiling a restore put back
-			r := o.data.rows[rowKey{namespace, o.offset}]
-			return r != nil && r.maxID == l.start && r.maxIDUS >= l.at.Add(-time.Second).UnixMicro()
+		lower := func(r *row) bool { // the lowering's own write, not an older ceiling a restore put back
+			return r.maxID == l.start && r.maxIDUS >= l.at.Add(-time.Second).UnixMicro()
 		}
 		if knows(lower, l.at) {
 			f.ceiling = min(f.ceiling, l.start)
