@@ -113,6 +113,48 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("PeerRestoredThenTheServerLostItsData", func(t *testing.T) {
 		runPeerRestoredThenLost(t, newFleet(t))
 	})
+	t.Run("ChangeBetweenALeftLoweringAndTheOldCeiling", func(t *testing.T) {
+		runChangeBetweenCeilings(t, newFleet(t))
+	})
+}
+
+// runChangeBetweenCeilings: a lowering to N fails half-way and stays on A (its undo cut off too); B
+// keeps the old ceiling, and a process that read the settings before and is cut off from A leases
+// there above N. A change to a max_id between N and what B issued is a lowering of B's ceiling: it
+// must be refused, naming what B issued, and change nothing; before, it was taken for a raise above A's
+// N and returned success while B kept its old ceiling.
+func runChangeBetweenCeilings(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	serving := r.serving(f, ProcessOptions{Proxied: true, SettingsTTL: time.Hour})
+	n := max(Highest(r.blocks, a), Highest(r.blocks, b)) + 2000
+	var admin *Process
+	admin = f.Process(t, ProcessOptions{Proxied: true, ProbeInterval: time.Hour, WatermarkInterval: time.Hour, BeforeChange: func(server string) {
+		if server == b {
+			admin.Cut(t, 1)
+			admin.Cut(t, 0)
+		}
+	}})
+	if _, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: n}); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), a+" still hold") {
+		t.Fatalf("lowering max_id to %d with the way to both servers cut half-way: %v; want ErrUnavailable saying %s still holds it", n, err, a)
+	}
+	admin.Crash()
+	serving.Cut(t, 0) // it cannot read A's N, nor bring B's row up to it
+	for Highest(r.blocks, b) <= n+1000 {
+		r.leaseFrom(serving, b, 1)
+	}
+	issued := Highest(r.blocks, b)
+	between := n + 500
+	p := r.open(f)
+	_, err := p.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: between})
+	if !errors.Is(err, allocator.ErrInvalidSettings) {
+		t.Fatalf("max_id %d, between %s's %d and what %s issued (%d): %v; want ErrInvalidSettings", between, a, n, b, issued, err)
+	}
+	t.Logf("refused as it should be: %v", err)
+	if got := maxIDOf(t, r.open(f), "orders"); got == between {
+		t.Fatalf("a new process reads max_id %d after the change was refused", got)
+	}
+	r.disjoint()
 }
 
 // runPeerRestoredThenLost: A is copied; p leases from B for a few seconds, its marks of B reaching A;

@@ -113,7 +113,16 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 	// that wrote them: the newest copy wins on every server.
 	c := Change[R]{Namespace: ns, Current: current, Advance: advance,
 		UpdatedUS: max(set.cfg.Now().UnixMicro(), current.UpdatedUS()+1, current.CeilingUS()+1)}
-	if ns.MaxID < current.Namespace().WithDefaults().MaxID {
+	// A lowering is a change below the ceiling any server holds, not only below the newest: after a
+	// lowering that failed but stayed on some servers, the others still hold the old ceiling and may
+	// have issued up to it, and a change to a max_id between the two lowers theirs.
+	highest := current.Namespace().WithDefaults().MaxID
+	for _, s := range set.readable(ctx) {
+		if r, ok, err := s.ReadRecord(ctx, ns.Name); err == nil && ok {
+			highest = max(highest, r.Namespace().WithDefaults().MaxID)
+		}
+	}
+	if ns.MaxID < highest {
 		if err := set.checkCeiling(ctx, ns.Name); err != nil {
 			return allocator.Namespace{}, err
 		}

@@ -136,7 +136,12 @@ func counters(list []allocator.ServerState) States {
 func TestUpdateNamespaceLowersMaxID(t *testing.T) {
 	ctx := context.Background()
 	fx := newFixture(t, 2, nil)
-	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, 5, 5}
+	ceiling := func(at int64) { // every server holds max_id 10,000, set at at
+		for _, s := range fx.servers {
+			s.records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, at, at}
+		}
+	}
+	ceiling(5)
 	var seen []Change[fakeRecord]
 	update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
 		seen = append(seen, c)
@@ -176,9 +181,35 @@ func TestUpdateNamespaceLowersMaxID(t *testing.T) {
 				t.Fatalf("%d changes, Lowered %+v, want 2 with %d", len(seen), seen, tc.lowered)
 			}
 			// Put the ceiling back for the next case.
-			fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, seen[0].UpdatedUS + 1, seen[0].UpdatedUS + 1}
+			ceiling(seen[0].UpdatedUS + 1)
 			fx.set.Forget("orders")
 		})
+	}
+}
+
+// TestChangeBetweenALeftLoweringAndTheOldCeilingIsALowering: a lowering to 10,000 failed and stayed
+// on s1 (its undo cut off); s2 still holds the old ceiling, and issued up to 30,000. A change to 20,000
+// is above the newest ceiling but below s2's: it is a lowering, with its checks (refused, as s2 issued
+// above it), not a raise that s2 would refuse to take while the change returns success.
+func TestChangeBetweenALeftLoweringAndTheOldCeilingIsALowering(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, 2, nil)
+	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 10_000}, 5, 5}
+	var seen []Change[fakeRecord]
+	update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
+		seen = append(seen, c)
+		return nil
+	}
+	issued := counters([]allocator.ServerState{{Server: "s1", Next: 2001, Step: 2, Healthy: true}, {Server: "s2", Next: 30_002, Step: 2, Healthy: true}})
+	_, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, MaxID: 20_000}, issued, update)
+	if !errors.Is(err, allocator.ErrInvalidSettings) || !strings.Contains(err.Error(), "30000") || len(seen) != 0 {
+		t.Fatalf("UpdateNamespace to 20,000 while s2 issued up to 30,000 under its old ceiling: %v, %d servers changed; want ErrInvalidSettings naming 30000, none changed", err, len(seen))
+	}
+	if _, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, MaxID: 40_000}, issued, update); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[0].Lowered != 40_000 {
+		t.Fatalf("to 40,000: %d changes, Lowered %d; want 2, each a lowering of s2's ceiling to 40000", len(seen), seen[0].Lowered)
 	}
 }
 
