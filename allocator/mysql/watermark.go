@@ -448,12 +448,12 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = p.defaultMargin(ctx, s, v, namespace, settings.ns.MaxBlockSize)
 	}
-	// The newest settings the servers hold: the margin stops at their ceiling, and the repaired row
-	// takes it (see failover.RepairCeiling).
+	// The newest settings the servers hold: the margin stops at the higher of their ceiling and the
+	// row's own, and the repaired row takes theirs (see failover.NoCeiling).
 	start, maxID := settings.ns.Start, failover.NoCeiling
 	newest, newestErr := p.set.Latest(ctx, namespace)
 	if newestErr == nil {
-		start, maxID = max(start, newest.ns.Start), newest.ns.WithDefaults().MaxID
+		start, maxID = max(start, newest.ns.Start), max(settings.ns.WithDefaults().MaxID, newest.ns.WithDefaults().MaxID)
 	}
 	base, from := failover.RepairBase(res.Watermark, res.Before, start)
 	if from != "" {
@@ -473,7 +473,7 @@ func (p *Store) Repair(ctx context.Context, namespace, serverName string, opts a
 		_, err = s.ctl.ExecContext(ctx, `UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?),
 			max_id = IF(? > max_id_us OR (? = max_id_us AND ? < max_id), ?, max_id), max_id_us = GREATEST(max_id_us, ?)
 			WHERE name = ? AND step = ? AND id_offset = ?`,
-			target, newest.ceilingUS, newest.ceilingUS, maxID, maxID, newest.ceilingUS, namespace, v.increment, v.offset)
+			target, newest.ceilingUS, newest.ceilingUS, newest.ns.WithDefaults().MaxID, newest.ns.WithDefaults().MaxID, newest.ceilingUS, namespace, v.increment, v.offset)
 	default:
 		_, err = s.ctl.ExecContext(ctx, "UPDATE ticketd_namespaces SET next_id = GREATEST(next_id, ?) WHERE name = ? AND step = ? AND id_offset = ?",
 			target, namespace, v.increment, v.offset)

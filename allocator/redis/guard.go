@@ -313,12 +313,12 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 	if opts.Margin == 0 {
 		res.Margin, res.MarginWhy = failover.RepairMargin(s.peaks(ctx, in, namespace), s.cfg.WatermarkInterval, latest.ns.MaxBlockSize, s.cfg.Stride)
 	}
-	// The newest settings the instances hold: the margin stops at their ceiling, and the repaired
-	// instance takes it (see failover.NoCeiling).
+	// The newest settings the instances hold: the margin stops at the higher of their ceiling and the
+	// instance's own, and the repaired instance takes theirs (see failover.NoCeiling).
 	start, maxID := latest.Namespace().Start, failover.NoCeiling // the highest start it was created or advanced with
 	newest, newestErr := s.set.Latest(ctx, namespace)
 	if newestErr == nil {
-		start, maxID = max(start, newest.Namespace().Start), newest.ns.WithDefaults().MaxID
+		start, maxID = max(start, newest.Namespace().Start), max(latest.ns.WithDefaults().MaxID, newest.ns.WithDefaults().MaxID)
 	}
 	base, from := failover.RepairBase(res.Watermark, res.Before, start)
 	if from != "" {
@@ -342,7 +342,7 @@ func (s *Store) Repair(ctx context.Context, namespace, server string, opts alloc
 		k := s.keys
 		if err := updateScript.Run(ctx, in.client, []string{k.settings(namespace), k.counter(namespace)},
 			newest.ns.BlockSize, newest.ns.MaxBlockSize, newest.ns.LeaseTTL.Milliseconds(), newest.updatedUS, 0, 0,
-			maxID, newest.ceilingUS, 0, 0).Err(); err != nil {
+			newest.ns.WithDefaults().MaxID, newest.ceilingUS, 0, 0).Err(); err != nil {
 			return res, fmt.Errorf("%s: %w", in.Name(), err)
 		}
 	}

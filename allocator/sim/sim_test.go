@@ -99,9 +99,11 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 // a peer put back from a copy lost the marks it kept of the other server, and no process wrote them
 // there again, so that the other's repair after it lost its data fell short; 1190408, after a
 // lowering left on some servers, a change to a max_id between it and the old ceiling was taken for a
-// raise, and a server that had issued above it kept its old ceiling.
+// raise, and a server that had issued above it kept its old ceiling; 6010201, a repair that stopped
+// its margin at the newest ceiling, one left behind by a failed lowering below what the server had
+// issued under a later raise.
 func TestSimulationSeedsThatFoundBugs(t *testing.T) {
-	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605, 1365334, 1190408} {
+	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605, 1365334, 1190408, 6010201} {
 		if r := Run(seed, Off{}); r.Failed() {
 			t.Error(r.Report(80))
 		}

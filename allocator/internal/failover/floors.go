@@ -234,11 +234,12 @@ func RepairBase(mark, before, start int64) (base int64, from string) {
 
 // NoCeiling is the ceiling a repair's margin stops at when the newest settings cannot be read.
 //
-// Otherwise it stops at the ceiling of the newest settings the servers hold, and the repaired server
-// takes that ceiling: a server restored from a copy older than a raise of max_id holds a lower one than
-// it may have issued up to since, and one older than a lowering a higher one, which no server issued up
-// to (a lowering succeeds only below every counter) and which, left in its row, would serve up to it a
-// process that has not read the settings since.
+// Otherwise it stops at the higher of the repaired server's own ceiling and the newest the servers
+// hold: a server restored from a copy older than a raise of max_id holds a lower one than it may have
+// issued up to since; past a higher one, a step more costs nothing but IDs above the ceiling. The
+// repaired server then takes the newest ceiling by its time: one restored from a copy older than a
+// lowering would otherwise serve up to its old, higher ceiling to a process that has not read the
+// settings since.
 const NoCeiling int64 = math.MaxInt64
 
 // ClampedMargin says why a repair stopped at the ceiling maxID.
