@@ -869,13 +869,7 @@ func TestBurstAfterALullIsServedFromTheCache(t *testing.T) {
 	settle := func() { // lets the leases in flight land, at once on the clock, until none is needed
 		t.Helper()
 		for c.Stats().InFlight > 0 {
-			refills := c.Stats().Refills
-			select {
-			case gate <- struct{}{}:
-			case <-time.After(10 * time.Second):
-				t.Fatal("no lease waits to land")
-			}
-			eventually(t, "the block cached", func() bool { return c.Stats().Refills == refills+1 })
+			landHeld(t, c, gate)
 		}
 	}
 	tick := func(after time.Duration, ids int) { // the leases land as soon as they start
@@ -1106,13 +1100,7 @@ func TestLeasesInFlightFollowDemand(t *testing.T) {
 	}
 	land := func() { // lets one held lease land, and waits until its block is cached
 		t.Helper()
-		refills := c.Stats().Refills
-		select {
-		case gate <- struct{}{}:
-		case <-time.After(10 * time.Second):
-			t.Fatal("no lease waits to land")
-		}
-		eventually(t, "the block cached", func() bool { return c.Stats().Refills == refills+1 })
+		landHeld(t, c, gate)
 	}
 	take(100) // the first block, which the backend lets through
 	eventually(t, "settings learnt", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.size.nsMax == 1000 })
@@ -1168,4 +1156,16 @@ func TestLeasesInFlightFollowDemand(t *testing.T) {
 	if st.Blocks > 2 || st.LowWater > 1000 || st.PeakInFlight != 4 || st.Stalls != 0 {
 		t.Fatalf("stats %+v: want at most 2 blocks cached, a mark below a block, no stall", st)
 	}
+}
+
+// landHeld lets one lease that a test's backend holds at gate land, and waits until its block is cached.
+func landHeld(t *testing.T, c *Client, gate chan<- struct{}) {
+	t.Helper()
+	refills := c.Stats().Refills
+	select {
+	case gate <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease waits to land")
+	}
+	eventually(t, "the block cached", func() bool { return c.Stats().Refills == refills+1 })
 }

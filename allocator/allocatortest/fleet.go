@@ -3,6 +3,7 @@ package allocatortest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -200,20 +201,7 @@ func runPeerRestoredThenLost(t *testing.T, f Fleet) {
 	}
 	p2 := f.Process(t, ProcessOptions{WatermarkInterval: interval})
 	t.Cleanup(func() { _ = p2.Close() })
-	FencedHealth(t, p2, b)
-	res, err := p2.Repair(r.ctx, "orders", b, allocator.RepairOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("repair: mark %d, margin %d (%s), counter now %d; %s issued up to %d", res.Watermark, res.Margin, res.MarginWhy, res.After, b, highestB)
-	if res.After <= highestB {
-		t.Fatalf("the repair moved %s to %d, but it had issued up to %d: the marks %s kept of it went back with %s's restore, and were not written there again (mark %d)",
-			b, res.After, highestB, a, a, res.Watermark)
-	}
-	if blk := r.untilFrom(p2, b); blk.Start <= highestB {
-		t.Fatalf("after the repair %s leased %v, not above %d", b, blk, highestB)
-	}
-	r.disjoint()
+	r.repairPast(p2, b, highestB, "the marks "+a+" kept of it went back with its restore, and were not written there again")
 }
 
 // runStartOnFenced: B is put back from a dump under p, which fences it and leaves it fenced (no
@@ -346,18 +334,27 @@ func runStartAdvancedThenLost(t *testing.T, f Fleet) {
 	}
 	p3 := f.Process(t, ProcessOptions{})
 	t.Cleanup(func() { _ = p3.Close() })
-	FencedHealth(t, p3, a)
-	res, err := p3.Repair(r.ctx, "orders", a, allocator.RepairOptions{})
+	r.repairPast(p3, a, highestA, fmt.Sprintf("it issued them from the start %d, above the marks", start))
+}
+
+// repairPast waits until p fences server, repairs it with the default margin, and fails the test
+// unless the repair moved its counter past highest, the highest ID it issued before it went back (why
+// says how those IDs came to be unmarked), and its next block starts above that; then it checks that no
+// ID was issued twice.
+func (r *operatorRun) repairPast(p *Process, server string, highest int64, why string) {
+	r.t.Helper()
+	FencedHealth(r.t, p, server)
+	res, err := p.Repair(r.ctx, "orders", server, allocator.RepairOptions{})
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Logf("repair: mark %d, margin %d (%s), counter now %d", res.Watermark, res.Margin, res.MarginWhy, res.After)
-	if res.After <= highestA {
-		t.Fatalf("the repair moved %s to %d, but it had issued up to %d from the start %d (mark %d, margin %d: %s)",
-			a, res.After, highestA, start, res.Watermark, res.Margin, res.MarginWhy)
+	r.t.Logf("repair: mark %d, margin %d (%s), counter now %d; %s issued up to %d", res.Watermark, res.Margin, res.MarginWhy, res.After, server, highest)
+	if res.After <= highest {
+		r.t.Fatalf("the repair moved %s to %d, but it had issued up to %d (%s): they would be issued again (mark %d, margin %d: %s)",
+			server, res.After, highest, why, res.Watermark, res.Margin, res.MarginWhy)
 	}
-	if blk := r.untilFrom(p3, a); blk.Start <= highestA {
-		t.Fatalf("after the repair %s leased %v, not above %d", a, blk, highestA)
+	if blk := r.untilFrom(p, server); blk.Start <= highest {
+		r.t.Fatalf("after the repair %s leased %v, not above %d", server, blk, highest)
 	}
 	r.disjoint()
 }
@@ -619,20 +616,7 @@ func runFleetCrash(t *testing.T, f Fleet) {
 	}
 	p := f.Process(t, ProcessOptions{WatermarkInterval: interval}) // run as the fleet is
 	t.Cleanup(func() { _ = p.Close() })
-	FencedHealth(t, p, b)
-	res, err := p.Repair(r.ctx, "orders", b, allocator.RepairOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("repair: mark %d, margin %d (%s), counter now %d", res.Watermark, res.Margin, res.MarginWhy, res.After)
-	if res.After <= highestB {
-		t.Fatalf("the repair moved %s to %d, but the crashed processes had taken IDs up to %d from it: %d IDs would be issued again (margin %d: %s)",
-			b, res.After, highestB, (highestB-res.After)/2+1, res.Margin, res.MarginWhy)
-	}
-	if blk := r.untilFrom(p, b); blk.Start <= highestB {
-		t.Fatalf("after the repair %s leased %v, not above %d", b, blk, highestB)
-	}
-	r.disjoint()
+	r.repairPast(p, b, highestB, "the crashed processes took them")
 }
 
 // runReplicaPromoted: A has an asynchronous replica. p1 leases from A and closes (its marks reach B);

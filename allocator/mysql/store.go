@@ -340,22 +340,32 @@ func (s *server) countersOf(ctx context.Context, names []string, offset int64) (
 	for i, name := range names {
 		index[name] = i
 	}
-	rows, err := s.ctl.QueryContext(ctx, "SELECT name, next_id FROM ticketd_namespaces WHERE id_offset = ?", offset)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
-	var name sql.RawBytes // the driver's bytes: a string scanned would be a copy
-	var counter int64
-	for rows.Next() {
-		if err := rows.Scan(&name, &counter); err != nil {
-			return nil, nil, err
-		}
+	err = s.eachCounter(ctx, offset, func(name sql.RawBytes, counter int64) {
 		if i, ok := index[string(name)]; ok {
 			next[i], found[i] = counter, true
 		}
+	})
+	return next, found, err
+}
+
+// eachCounter calls fn with the name and counter of every row of the server of the given offset, in
+// the order of their names, one row at a time: name is the driver's bytes, valid until fn returns (a
+// string scanned would be a copy, and a list of rows allocations a namespace).
+func (s *server) eachCounter(ctx context.Context, offset int64, fn func(name sql.RawBytes, next int64)) error {
+	rows, err := s.ctl.QueryContext(ctx, "SELECT name, next_id FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name", offset)
+	if err != nil {
+		return err
 	}
-	return next, found, rows.Err()
+	defer rows.Close()
+	var name sql.RawBytes
+	var next int64
+	for rows.Next() {
+		if err := rows.Scan(&name, &next); err != nil {
+			return err
+		}
+		fn(name, next)
+	}
+	return rows.Err()
 }
 
 // Migrate applies the schema on every server; all must answer.

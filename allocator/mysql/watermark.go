@@ -306,21 +306,11 @@ func (p *Store) checkFence(ctx context.Context, s *server, v serverVars, marks m
 // rows read again as a list, to name the namespaces. The driver still hands each column of a row over
 // in an interface (an allocation each); a list cost ten allocations a row.
 func (s *server) ownBelowMarks(ctx context.Context, offset int64, marks map[string]failover.Mark, identity string) (fenced, details []string, err error) {
-	rows, err := s.ctl.QueryContext(ctx, "SELECT name, next_id FROM ticketd_namespaces WHERE id_offset = ? ORDER BY name", offset)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
-	var name sql.RawBytes // the driver's bytes: a string scanned would be a copy
-	var next int64
 	marked := 0 // rows with a mark above 0
-	for rows.Next() {
-		if err := rows.Scan(&name, &next); err != nil {
-			return nil, nil, err
-		}
+	err = s.eachCounter(ctx, offset, func(name sql.RawBytes, next int64) {
 		w, ok := marks[string(name)]
 		if !ok {
-			continue
+			return
 		}
 		if w.Value > 0 {
 			marked++
@@ -333,8 +323,8 @@ func (s *server) ownBelowMarks(ctx context.Context, offset int64, marks map[stri
 			fenced = append(fenced, string(name))
 			details = append(details, fmt.Sprintf("namespace %q counter %d is below %d seen by %s", name, next, w.Value, w.Holder))
 		}
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	for _, w := range marks {
