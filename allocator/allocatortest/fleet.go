@@ -117,6 +117,57 @@ func fleetCases(t *testing.T, newFleet func(t *testing.T) Fleet) {
 	t.Run("ChangeBetweenALeftLoweringAndTheOldCeiling", func(t *testing.T) {
 		runChangeBetweenCeilings(t, newFleet(t))
 	})
+	t.Run("ChangeWhileTheServerWithTheOldCeilingIsDown", func(t *testing.T) {
+		runChangeWhileOldCeilingDown(t, newFleet(t))
+	})
+}
+
+// runChangeWhileOldCeilingDown: a lowering to N fails half-way and stays on A; B keeps the old ceiling.
+// B stops, and a change to a max_id above N (but below B's) is asked of A alone: it could be taken for
+// a raise of A's N, yet it lowers B's, which cannot take it. It must be refused, naming B, and change
+// nothing: before, it returned success, and a process that could read only B once it was back leased
+// above the max_id the change had set.
+func runChangeWhileOldCeilingDown(t *testing.T, f Fleet) {
+	r := &operatorRun{t: t, ctx: context.Background()}
+	a, b := f.Name(0), f.Name(1)
+	r.serving(f, ProcessOptions{})
+	n := max(Highest(r.blocks, a), Highest(r.blocks, b)) + 2000
+	r.leaveLowering(f, n)
+	if err := f.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	between := n + 500
+	p := r.open(f)
+	_, err := p.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: between})
+	if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), b+" did not") {
+		t.Fatalf("max_id %d with %s (which holds the old ceiling) down: %v; want ErrUnavailable naming %s", between, b, err, b)
+	}
+	t.Logf("refused as it should be: %v", err)
+	if err := f.Start(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxIDOf(t, r.open(f), "orders"); got == between {
+		t.Fatalf("a new process reads max_id %d after the change was refused", got)
+	}
+	r.disjoint()
+}
+
+// leaveLowering lowers max_id of orders to n with an admin whose way to both servers is cut between
+// its writes on A and B: A keeps n (the undo is cut off too), B the old ceiling.
+func (r *operatorRun) leaveLowering(f Fleet, n int64) {
+	t := r.t
+	a, b := f.Name(0), f.Name(1)
+	var admin *Process
+	admin = f.Process(t, ProcessOptions{Proxied: true, ProbeInterval: time.Hour, WatermarkInterval: time.Hour, BeforeChange: func(server string) {
+		if server == b {
+			admin.Cut(t, 1)
+			admin.Cut(t, 0)
+		}
+	}})
+	if _, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: n}); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), a+" still hold") {
+		t.Fatalf("lowering max_id to %d with the way to both servers cut half-way: %v; want ErrUnavailable saying %s still holds it", n, err, a)
+	}
+	admin.Crash()
 }
 
 // runChangeBetweenCeilings: a lowering to N fails half-way and stays on A (its undo cut off too); B
@@ -129,17 +180,7 @@ func runChangeBetweenCeilings(t *testing.T, f Fleet) {
 	a, b := f.Name(0), f.Name(1)
 	serving := r.serving(f, ProcessOptions{Proxied: true, SettingsTTL: time.Hour})
 	n := max(Highest(r.blocks, a), Highest(r.blocks, b)) + 2000
-	var admin *Process
-	admin = f.Process(t, ProcessOptions{Proxied: true, ProbeInterval: time.Hour, WatermarkInterval: time.Hour, BeforeChange: func(server string) {
-		if server == b {
-			admin.Cut(t, 1)
-			admin.Cut(t, 0)
-		}
-	}})
-	if _, err := admin.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 100, MaxID: n}); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), a+" still hold") {
-		t.Fatalf("lowering max_id to %d with the way to both servers cut half-way: %v; want ErrUnavailable saying %s still holds it", n, err, a)
-	}
-	admin.Crash()
+	r.leaveLowering(f, n)
 	serving.Cut(t, 0) // it cannot read A's N, nor bring B's row up to it
 	for Highest(r.blocks, b) <= n+1000 {
 		r.leaseFrom(serving, b, 1)

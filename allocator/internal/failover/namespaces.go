@@ -116,11 +116,24 @@ func (set *Set[S, R]) UpdateNamespace(ctx context.Context, ns allocator.Namespac
 	// A lowering is a change below the ceiling any server holds, not only below the newest: after a
 	// lowering that failed but stayed on some servers, the others still hold the old ceiling and may
 	// have issued up to it, and a change to a max_id between the two lowers theirs.
+	// A server whose copy cannot be read may hold any ceiling the others held before, such as the one
+	// a lowering left behind on them while it failed on that server: every change that keeps a
+	// ceiling may lower that server's, so it needs every copy read.
 	highest := current.Namespace().WithDefaults().MaxID
+	unread := set.Names()
 	for _, s := range set.readable(ctx) {
-		if r, ok, err := s.ReadRecord(ctx, ns.Name); err == nil && ok {
+		r, ok, err := s.ReadRecord(ctx, ns.Name)
+		if err != nil {
+			continue
+		}
+		unread = slices.DeleteFunc(unread, func(n string) bool { return n == s.Name() })
+		if ok {
 			highest = max(highest, r.Namespace().WithDefaults().MaxID)
 		}
+	}
+	if len(unread) > 0 && ns.MaxID < NoCeiling {
+		return allocator.Namespace{}, fmt.Errorf("%w: changing the settings of %q, which has a max_id, needs every %s to answer, and %s did not: its copy may hold a higher max_id than the others hold (a lowering it did not take may have stayed on them), and this change would lower that one without it; run the change again once it answers",
+			allocator.ErrUnavailable, ns.Name, set.cfg.Noun, strings.Join(unread, ", "))
 	}
 	if ns.MaxID < highest {
 		if err := set.checkCeiling(ctx, ns.Name); err != nil {

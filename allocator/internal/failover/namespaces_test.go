@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,40 @@ func TestChangeBetweenALeftLoweringAndTheOldCeilingIsALowering(t *testing.T) {
 	}
 	if len(seen) != 2 || seen[0].Lowered != 40_000 {
 		t.Fatalf("to 40,000: %d changes, Lowered %d; want 2, each a lowering of s2's ceiling to 40000", len(seen), seen[0].Lowered)
+	}
+}
+
+// TestChangeWithACopyUnreadNeedsEveryCopy: a lowering to 3,000 failed and stayed on s1; s2, which may
+// still hold the old ceiling of 11,000, does not answer (down, then out of rotation). A change to
+// 3,200 is above every ceiling read but may lower s2's: it is refused, naming s2, and changes nothing.
+// Before, it was taken for a raise of s1's 3,000 and returned success while s2 kept 11,000. A change
+// that keeps no ceiling lowers none, and is taken.
+func TestChangeWithACopyUnreadNeedsEveryCopy(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, 2, nil)
+	fx.servers[0].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 3_000}, 5, 5}
+	fx.servers[1].records["orders"] = fakeRecord{allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, Start: 1, MaxID: 11_000}, 3, 3}
+	var seen []string
+	update := func(_ context.Context, s *fakeServer, c Change[fakeRecord]) error {
+		seen = append(seen, s.Name())
+		return nil
+	}
+	issued := counters([]allocator.ServerState{{Server: "s1", Next: 2001, Step: 2, Healthy: true}})
+	for _, tc := range []struct {
+		name string
+		off  func()
+	}{
+		{"down", func() { fx.servers[1].set(errors.New("timeout"), errors.New("timeout")) }},
+		{"out of rotation", func() { fx.servers[1].MarkDown(errors.New("connection refused")) }},
+	} {
+		tc.off()
+		_, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100, MaxID: 3_200}, issued, update)
+		if !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), "s2 did not") || len(seen) != 0 {
+			t.Fatalf("%s: max_id 3,200 with s2's copy unread: %v, changed %v; want ErrUnavailable naming s2, nothing changed", tc.name, err, seen)
+		}
+	}
+	if _, err := fx.set.UpdateNamespace(ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxBlockSize: 100}, issued, update); err != nil || !slices.Equal(seen, []string{"s1"}) {
+		t.Fatalf("no max_id with s2 out: %v, changed %v; want s1 changed", err, seen)
 	}
 }
 
