@@ -16,6 +16,7 @@ const (
 	CodeInvalidJSON      = "invalid_json"           // 400: the body is not the JSON object expected
 	CodeUnknownField     = "unknown_field"          // 400: the body has a field the endpoint does not take
 	CodeUnknownParameter = "unknown_parameter"      // 400: the query has a parameter the endpoint does not take
+	CodeInvalidPrefer    = "invalid_prefer"         // 400: a lease's "Prefer: wait=N" is not whole seconds
 	CodeMissingToken     = "missing_token"          // 401: no "Authorization: Bearer TOKEN" header
 	CodeInvalidToken     = "invalid_token"          // 401: a token that is not configured
 	CodeForbidden        = "forbidden"              // 403: the token is another namespace's, or not the admin's

@@ -40,6 +40,12 @@ func (s httpSource) open(namespace string, cfg *config) (leaser, error) {
 	}
 	h := &httpLeaser{ns: namespace, token: cfg.token, timeout: cfg.requestTimeout, clock: cfg.clock,
 		policy: cfg.retryPolicy()}
+	if secs := int64(cfg.requestTimeout / 2 / time.Second); secs > 0 {
+		// While no ticket server is in rotation, ticketd holds the lease up to half the request
+		// timeout and serves it the moment one is back, rather than answer 503 to a client that would
+		// then sleep its backoff past that moment.
+		h.prefer = "wait=" + strconv.FormatInt(secs, 10)
+	}
 	if strings.ContainsFunc(cfg.token, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
 		return nil, errors.New("client: WithToken: the token contains spaces or control characters")
 	}
@@ -114,6 +120,7 @@ type httpLeaser struct {
 	hc        *http.Client
 	own       bool
 	timeout   time.Duration
+	prefer    string // the Prefer header of a lease: "wait=N", or empty
 	clock     clock
 	policy    backoff.Policy
 	next      atomic.Uint64
@@ -241,7 +248,7 @@ func (h *httpLeaser) close() {
 
 // do sends one request to ep and reads the answer, at most maxAnswer bytes; an answer other than 200
 // is returned as a *StatusError.
-func (h *httpLeaser) do(ctx context.Context, ep *endpoint, method, path string, body []byte) ([]byte, error) {
+func (h *httpLeaser) do(ctx context.Context, ep *endpoint, method, path string, body []byte, prefer string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	var rd io.Reader
@@ -259,6 +266,9 @@ func (h *httpLeaser) do(ctx context.Context, ep *endpoint, method, path string, 
 	}
 	if h.token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {
@@ -280,7 +290,7 @@ func (h *httpLeaser) leaseFrom(ctx context.Context, ep *endpoint, size int64) (B
 	if size > 0 {
 		body = fmt.Appendf(nil, `{"size":%d}`, size)
 	}
-	data, err := h.do(ctx, ep, http.MethodPost, "/v1/namespaces/"+h.ns+"/blocks", body)
+	data, err := h.do(ctx, ep, http.MethodPost, "/v1/namespaces/"+h.ns+"/blocks", body, h.prefer)
 	if err != nil {
 		return Block{}, err
 	}
@@ -352,7 +362,7 @@ func parseBlock(base, ns string, data []byte) (Block, error) {
 func (h *httpLeaser) settings(ctx context.Context) (Settings, error) {
 	var errs []error
 	for _, ep := range h.order(false) {
-		data, err := h.do(ctx, ep, http.MethodGet, "/v1/namespaces/"+h.ns, nil)
+		data, err := h.do(ctx, ep, http.MethodGet, "/v1/namespaces/"+h.ns, nil, "")
 		if err != nil {
 			errs = append(errs, err)
 			if retryable(err) {
@@ -399,7 +409,11 @@ type StatusError struct {
 	Code, Message string
 	// RetryAfter is the server's Retry-After, zero when it sent none.
 	RetryAfter time.Duration
-	err        error
+	// Held is how long the server held the request, as the client asked ("Preference-Applied: wait=N"),
+	// before it gave this answer: zero when it did not. A lease held while no ticket server was in
+	// rotation may be asked again at once.
+	Held time.Duration
+	err  error
 }
 
 func (e *StatusError) Error() string {
@@ -417,7 +431,8 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Unwrap() error { return e.err }
 
 func statusError(base string, resp *http.Response, body []byte, now time.Time) *StatusError {
-	e := &StatusError{URL: base, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now)}
+	e := &StatusError{URL: base, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now),
+		Held: heldFor(resp.Header.Values("Preference-Applied"))}
 	var wire wireError
 	if json.Unmarshal(body, &wire) == nil && (wire.Error.Code != "" || wire.Error.Message != "") {
 		e.Code, e.Message = clip(wire.Error.Code, 64), clip(wire.Error.Message, 300)
@@ -474,6 +489,22 @@ func retryable(err error) bool {
 }
 
 // retryAfter parses a Retry-After header (seconds or an HTTP date), capped at a minute.
+// heldFor reads "wait=N" from Preference-Applied headers: how long the server held the request.
+func heldFor(lines []string) time.Duration {
+	for _, line := range lines {
+		for pref := range strings.SplitSeq(line, ",") {
+			name, value, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(name, "wait") {
+				continue
+			}
+			if n, err := strconv.ParseInt(strings.Trim(value, `"`), 10, 32); err == nil && n > 0 {
+				return time.Duration(n) * time.Second
+			}
+		}
+	}
+	return 0
+}
+
 func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0

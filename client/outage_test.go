@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -181,4 +182,84 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// TestLeaseAsksToBeHeld: a lease asks ticketd to hold it while no ticket server is in rotation, for
+// half the request timeout in whole seconds; a timeout under two seconds asks for no wait. Reading the
+// namespace's settings asks for none.
+func TestLeaseAsksToBeHeld(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		want    string
+	}{{0, "wait=2"}, {3 * time.Second, "wait=1"}, {time.Minute, "wait=30"}, {1999 * time.Millisecond, ""}} {
+		fake := newFake(testNS{Name: "p", BlockSize: 10, MaxBlockSize: 10})
+		h := (&contractServer{be: fake}).handler()
+		var mu sync.Mutex
+		got := map[string]string{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got[r.Method] = r.Header.Get("Prefer")
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		}))
+		opts := []Option{}
+		if tc.timeout > 0 {
+			opts = append(opts, WithRequestTimeout(tc.timeout))
+		}
+		c := newClient(t, HTTP(srv.URL), "p", opts...)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.Next(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the settings read", func() bool { mu.Lock(); defer mu.Unlock(); _, ok := got[http.MethodGet]; return ok })
+		c.Close()
+		srv.Close()
+		mu.Lock()
+		if got[http.MethodPost] != tc.want || got[http.MethodGet] != "" {
+			t.Errorf("request timeout %s: a lease sent Prefer %q, the settings read %q; want %q and none", tc.timeout, got[http.MethodPost], got[http.MethodGet], tc.want)
+		}
+		mu.Unlock()
+	}
+}
+
+// TestHeldAnswerIsAskedAgainAtOnce: ticketd held the lease for the wait asked (the clock moves by it)
+// and answered 503 with "Preference-Applied: wait=1" and no Retry-After: the client asks again at once,
+// not after its backoff (at least 500 ms here, and the test's clock never moves to end one), and the
+// caller gets its ID. An answer that claims a hold it did not take is backed off as usual.
+func TestHeldAnswerIsAskedAgainAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		held   time.Duration // how far the clock moves before the 503
+		served bool
+	}{{"held", time.Second, true}, {"not held", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			fake := newFake(testNS{Name: "h", BlockSize: 10, MaxBlockSize: 10})
+			h := (&contractServer{be: fake}).handler()
+			var posts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && posts.Add(1) == 1 {
+					clk.Advance(tc.held)
+					w.Header().Set("Preference-Applied", "wait=1")
+					writeError(w, http.StatusServiceUnavailable, "unavailable", "no ticket server is usable right now")
+					return
+				}
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			c := newClient(t, HTTP(srv.URL), "h", withClock(clk), WithBackoff(time.Second, 5*time.Second),
+				WithRequestTimeout(3*time.Second), WithHedgeDelay(time.Hour), WithMaxWait(time.Hour))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := c.Next(ctx)
+			if served := err == nil; served != tc.served {
+				t.Fatalf("Next: %v after %d leases; want served %v", err, posts.Load(), tc.served)
+			}
+			if st := c.Stats(); st.RefillErrors != 1 {
+				t.Fatalf("%d refill errors, want the one held answer", st.RefillErrors)
+			}
+		})
+	}
 }

@@ -114,10 +114,20 @@ func (c *Client) finishLocked(blk Block, useBy time.Time, err error, size int64,
 			c.size.sizeCap = size / 2
 			return
 		}
+		var se *StatusError
+		if errors.As(err, &se) && se.Held > 0 && se.RetryAfter == 0 && took >= se.Held/2 {
+			// The server held the lease while no ticket server was in rotation, as asked, and answers
+			// as soon as one is back: that was the wait. A backoff begun now could outlast the outage,
+			// so the lease is asked again at once, and the next failure that is not held backs off
+			// from the start.
+			c.retrying.failures = 0
+			c.retrying.backoffTo = time.Time{}
+			c.retrying.stop()
+			return
+		}
 		c.retrying.failures++
 		wait := c.backoffLocked()
-		var se *StatusError
-		if errors.As(err, &se) && se.RetryAfter > wait {
+		if se != nil && se.RetryAfter > wait {
 			wait = se.RetryAfter
 		}
 		c.retrying.backoffTo = now.Add(wait)

@@ -426,6 +426,18 @@ func (sp *space) loadSettings(ctx context.Context, reqID string) (allocator.Name
 	}
 }
 
+// forgetFailures ends the backoff of every namespace whose last call failed: a ticket server is back in
+// rotation, and the next request should not wait for a backoff begun while none was.
+func (c *segmentCache) forgetFailures() {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, sp := range c.spaces {
+		if sp.retryAt.Load() != 0 {
+			sp.retryAt.Store(0)
+		}
+	}
+}
+
 // joinLocked returns the oldest call in flight, starting one when there is none. Within the backoff
 // after a failed call it returns that call's error instead.
 func (sp *space) joinLocked(withSegment bool, reqID string) (*fetchCall, error) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -131,6 +132,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	}
 	h := c.Response().Header()
+	var held *heldError
+	if errors.As(err, &held) {
+		// The client asked to wait and has: it may ask again at once.
+		a.retryAfterSec = 0
+		h.Set("Preference-Applied", "wait="+strconv.Itoa(int(held.wait/time.Second)))
+	}
 	if a.retryAfterSec > 0 {
 		h.Set("Retry-After", strconv.Itoa(a.retryAfterSec))
 	}

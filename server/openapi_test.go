@@ -29,7 +29,7 @@ type openapiDoc struct {
 
 // errorCodes are every error code the API may send.
 var errorCodes = []string{api.CodeInvalidNamespace, api.CodeInvalidSize, api.CodeInvalidCount, api.CodeInvalidSettings,
-	api.CodeInvalidJSON, api.CodeUnknownField, api.CodeUnknownParameter, api.CodeMissingToken, api.CodeInvalidToken,
+	api.CodeInvalidJSON, api.CodeUnknownField, api.CodeUnknownParameter, api.CodeInvalidPrefer, api.CodeMissingToken, api.CodeInvalidToken,
 	api.CodeForbidden, api.CodeNotFound, api.CodeRouteNotFound, api.CodeMethodNotAllowed, api.CodeExists,
 	api.CodeExhausted, api.CodeBodyTooLarge, api.CodeRateLimited, api.CodeInternal, api.CodeMisconfigured,
 	api.CodeUnavailable, api.CodeShuttingDown, api.CodeNotReady, api.CodeForeignHost, api.CodeCrossSite, api.CodeNotJSON}

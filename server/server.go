@@ -136,6 +136,8 @@ type Server struct {
 	cfg      Config
 	backend  allocator.Backend
 	health   allocator.HealthReporter // nil when the backend does not report health
+	recovery *recovery                // wakes held leases; nil when the backend does not report health
+	stopped  chan struct{}            // closed by Close
 	e        *echo.Echo
 	cache    *segmentCache // nil when disabled
 	auth     *authenticator
@@ -151,6 +153,7 @@ type Server struct {
 	draining     atomic.Bool
 
 	closeOnce  sync.Once
+	stopOnce   sync.Once
 	closed     atomic.Bool
 	background sync.WaitGroup // the metrics' reads of the headroom (see headroomOf)
 }
@@ -177,6 +180,13 @@ func New(cfg Config) (*Server, error) {
 	s.health, _ = cfg.Backend.(allocator.HealthReporter)
 	if !cfg.Cache.Disabled {
 		s.cache = newSegmentCache(cfg.Cache, cfg.Backend, cfg.Metrics, cfg.Logger, cfg.now)
+	}
+	s.stopped = make(chan struct{})
+	if s.health != nil {
+		s.recovery = &recovery{health: s.health, stop: s.stopped, forget: func() {}}
+		if s.cache != nil {
+			s.recovery.forget = s.cache.forgetFailures
+		}
 	}
 	if cfg.RateLimit > 0 {
 		s.limiter = ratelimit.New(cfg.RateLimit, cfg.RateBurst, cfg.rateKeys, cfg.now)
@@ -254,6 +264,7 @@ func (s *Server) Handler() http.Handler { return s.e }
 // does not close the backend. Safe to call twice.
 func (s *Server) Close() error {
 	s.closeCache()
+	s.stopOnce.Do(func() { close(s.stopped) })
 	s.headroom.scrapeMu.Lock()
 	s.closed.Store(true) // under the lock: no read starts after the wait begins
 	s.headroom.scrapeMu.Unlock()
@@ -443,7 +454,11 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) lease(c echo.Context, caller identity, ns string, size int64) (allocator.Block, bool, error) {
 	ctx := c.Request().Context()
 	id := requestID(c)
-	blk, cached, err := s.leaseOnce(ctx, ns, size, id)
+	wait, err := s.preferredWait(c.Request())
+	if err != nil {
+		return allocator.Block{}, false, err
+	}
+	blk, cached, err := s.holdLease(ctx, wait, func() (allocator.Block, bool, error) { return s.leaseOnce(ctx, ns, size, id) })
 	if s.cfg.CreateOnLease && caller.admin && errors.Is(err, allocator.ErrNotFound) && !errors.Is(err, allocator.ErrUnavailable) {
 		if _, cerr := s.backend.CreateNamespace(ctx, allocator.Namespace{Name: ns}); cerr != nil && !errors.Is(cerr, allocator.ErrExists) {
 			return allocator.Block{}, false, cerr
