@@ -40,7 +40,7 @@ func (c *simCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.all, "keep-going", false, "explore every schedule even after a violation")
 }
 
-var offNames = []string{"floors", "peer-marks", "identity", "ceiling-bound", "repair-margin"}
+var offNames = []string{"floors", "peer-marks", "identity", "ceiling-bound", "repair-margin", "older-release"}
 
 func parseOff(list string) (sim.Off, error) {
 	var off sim.Off
@@ -56,6 +56,8 @@ func parseOff(list string) (sim.Off, error) {
 			off.CeilingBound = true
 		case "repair-margin":
 			off.RepairMargin = true
+		case "older-release":
+			off.OlderRelease = true
 		default:
 			return off, usagef("--off: unknown mechanism %q; choose from %s", name, strings.Join(offNames, ", "))
 		}
