@@ -406,7 +406,7 @@ func (s *Server) query(w *World, st *stmt, a []driver.Value) (driver.Rows, error
 		var n int64
 		var last driver.Value
 		for _, k := range keysOf(d.rates) {
-			if r := d.rates[k]; k.ns == str(a[0]) && r.updatedUS > i64(a[1]) {
+			if r := d.rates[k]; k.ns == str(a[0]) && r.updatedUS > i64(a[1]) && !w.Off.OlderRelease {
 				n++
 				last = max(i64(orZero(last)), r.updatedUS)
 			}

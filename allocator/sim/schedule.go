@@ -20,8 +20,12 @@ import (
 // returned; no server fenced that did not go back in time; and at the end, with every fault healed and
 // every fence repaired as its message says, every server serves every process. The same seed and
 // switches give the same schedule, trace and result.
-func Run(seed uint64, off Off) (res Result) {
-	w := &World{Off: off, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+func Run(seed uint64, off Off) Result { return run(seed, off, true) }
+
+// run is Run; without upgrades, no schedule is a rolling upgrade: a seed found before they were
+// drawn replays the schedule it found.
+func run(seed uint64, off Off, upgrades bool) (res Result) {
+	w := &World{noUpgrade: !upgrades, Off: off, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), links: map[string]int{}, faultAt: map[string]time.Time{}, writesLeft: map[string]int{},
 		issued: map[int64][][2]int64{}, counts: map[string]int{}, ctx: context.Background(), nextID: 100}
 	w.start = w.now
@@ -58,6 +62,12 @@ func (w *World) schedule() {
 	w.procs = make([]*Proc, 2+w.rng.IntN(4))
 	for i := range w.procs {
 		w.startProc(i)
+	}
+	if up := upgradeRand(w.seed); up.IntN(4) == 0 && !w.noUpgrade {
+		w.upgrading = true
+		for range 1 + up.IntN(2) {
+			w.startOld()
+		}
 	}
 	steps := 30 + w.rng.IntN(50)
 	for range steps {
@@ -150,6 +160,13 @@ func (w *World) step() {
 		{"network fault", 3, func() { w.peerFault(s, "network fault", func() { w.netFault(p, s) }) }},
 		{"network heal", 3, func() { w.heal() }},
 	}
+	if w.upgrading { // a rolling upgrade: processes of the older release lease until each is replaced
+		evs = append(evs, ev{"older release lease", 12, func() {
+			if len(w.olds) > 0 {
+				w.oldLease(w.olds[w.rng.IntN(len(w.olds))])
+			}
+		}}, ev{"process upgraded", 3, func() { w.upgrade() }})
+	}
 	total := 0
 	for _, e := range evs {
 		total += e.weight
@@ -203,7 +220,7 @@ func (w *World) lease(p *Proc) {
 			w.logf("%s lease (prefer %q, size %d): %s", p.name, prefer, size, short(err))
 			continue
 		}
-		w.record(p, b, f)
+		w.record(p.name, b, f)
 	}
 }
 
@@ -212,6 +229,9 @@ func (w *World) fleetLeases() {
 	for range 1 + w.rng.IntN(4) {
 		for _, p := range w.procs {
 			w.lease(p)
+		}
+		for _, o := range w.olds {
+			w.oldLease(o)
 		}
 		w.advance(time.Duration(100+w.rng.IntN(400)) * time.Millisecond)
 	}
@@ -330,7 +350,7 @@ func (w *World) goBack(s *Server, kind string) {
 		// A copy older than a lowering puts the old ceiling back on this server: what holds a
 		// process below the new one now is what it read from the others (see leftLower), until the
 		// server's row catches up or the change is run again.
-		w.leftLower = append(w.leftLower, advance{w.ceiling, w.ceilingAt})
+		w.leftLower = append(w.leftLower, advance{w.ceiling, w.ceilingAt, w.ceilingOlder})
 		w.ceiling = r.maxID
 	}
 	if kind != "restore logical" {
@@ -423,11 +443,13 @@ func (w *World) legal(s *Server, at time.Time, nd *data, promote bool) string {
 		m := od.marks[peerKey{namespace, s.offset}]
 		switch {
 		case m == nil:
-		case promote && m.identity != "":
+		case promote && m.identity != "" && len(w.olds) == 0:
 			return ""
-		case !promote && next == nil && m.high > 0:
+		case (!promote || len(w.olds) > 0) && next == nil && m.high > 0:
+			// A process of an older release records no identity, and knows a promoted replica only
+			// by its counters: while one runs, a promotion is drawn only when they show it.
 			return ""
-		case !promote && next != nil && (next.next >= s.peak || m.high > next.next):
+		case (!promote || len(w.olds) > 0) && next != nil && (next.next >= s.peak || m.high > next.next):
 			return ""
 		}
 	}
@@ -475,6 +497,7 @@ func (w *World) settings() {
 		ns.BlockSize = 1 + w.rng.Int64N(ns.MaxBlockSize)
 	}
 	w.leftLower = nil // every change writes settings newer than theirs
+	began := w.now
 	name := fmt.Sprintf("admin.%d", incarnation(w))
 	cut := ""
 	if w.rng.IntN(3) == 0 {
@@ -492,18 +515,21 @@ func (w *World) settings() {
 		// it could not be taken back from.
 		w.ceiling = max(w.ceiling, ns.MaxID)
 		if kind == "max_id lowered" {
-			w.leftLower = append(w.leftLower, advance{ns.MaxID, w.now})
+			w.leftLower = append(w.leftLower, advance{ns.MaxID, w.now, w.covering(began)})
 		}
 		w.logf("admin: %s (max_id %d, start %d, block %d)%s: %s", kind, ns.MaxID, ns.Start, ns.BlockSize, cut, short(err))
 		return
 	}
 	if ns.MaxID != w.ceiling {
-		w.ceilingAt = w.now
+		w.ceilingAt, w.ceilingOlder = w.now, w.covering(began)
+		if len(w.ceilingOlder) > 0 && ns.MaxID < w.ceiling {
+			w.counts["ceiling set within a minute of an older lease"]++
+		}
 	}
 	w.ns, w.ceiling = ns, ns.MaxID
 	w.ns.Start = max(w.ns.Start, got.Start)
 	if got.Start > 1 {
-		w.advances = append(w.advances, advance{got.Start, w.now})
+		w.advances = append(w.advances, advance{got.Start, w.now, nil})
 	}
 	w.logf("admin: %s (max_id %d, start %d, block %d)%s: done", kind, ns.MaxID, got.Start, ns.BlockSize, cut)
 }
@@ -588,6 +614,9 @@ func (w *World) heal() {
 // serves every process.
 func (w *World) settle() {
 	w.logf("settle: every link healed, every server up, every process started")
+	for len(w.olds) > 0 { // the rolling upgrade ends
+		w.stopOld(0, true)
+	}
 	clear(w.links)
 	for _, s := range w.servers {
 		w.restart(s)
@@ -627,7 +656,7 @@ func (w *World) settle() {
 			case err != nil:
 				w.fail("%s cannot lease after every fault healed and every fence was repaired: %v", p.name, err)
 			default:
-				w.record(p, b, f)
+				w.record(p.name, b, f)
 			}
 		}
 	}

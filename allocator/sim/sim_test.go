@@ -27,7 +27,7 @@ func TestSimulation(t *testing.T) {
 	if sum.Schedules != budget {
 		t.Fatalf("%d schedules explored, want %d", sum.Schedules, budget)
 	}
-	for _, kind := range []string{"lease", "restore physical", "restore logical", "data loss", "replica promoted", "settings", "repair", "process crash", "server crash", "network fault"} {
+	for _, kind := range []string{"lease", "older release lease", "process upgraded", "restore physical", "restore logical", "data loss", "replica promoted", "settings", "repair", "process crash", "server crash", "network fault"} {
 		if sum.Events[kind] == 0 {
 			t.Errorf("no %q event in %d schedules: %v", kind, budget, sum.Events)
 		}
@@ -40,7 +40,7 @@ func TestSimulationReplaysASeed(t *testing.T) {
 	for _, tc := range []struct {
 		seed uint64
 		off  Off
-	}{{3, Off{}}, {41, Off{}}, {105, Off{}}, {2, Off{CeilingBound: true}}, {32, Off{Floors: true}}, {28, Off{PeerMarks: true}}} {
+	}{{3, Off{}}, {41, Off{}}, {105, Off{}}, {2, Off{CeilingBound: true}}, {32, Off{Floors: true}}, {28, Off{PeerMarks: true}}, {20, Off{}}, {496, Off{OlderRelease: true}}} {
 		a, b := Run(tc.seed, tc.off), Run(tc.seed, tc.off)
 		if !slices.Equal(a.Trace(), b.Trace()) || a.Violation != b.Violation || !maps.Equal(a.Counts, b.Counts) {
 			t.Fatalf("seed %d%s: two runs differ:\n%s\n%v\n----\n%s\n%v", tc.seed, tc.off.flag(), a.Report(1000), a.Counts, b.Report(1000), b.Counts)
@@ -66,6 +66,7 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 		{Off{Identity: true}, "issued twice"},
 		{Off{CeilingBound: true}, "above max_id"},
 		{Off{RepairMargin: true}, "issued twice"},
+		{Off{OlderRelease: true}, "above max_id"},
 	} {
 		off := tc.off
 		t.Run(off.Names()[0], func(t *testing.T) {
@@ -101,11 +102,15 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 // lowering left on some servers, a change to a max_id between it and the old ceiling was taken for a
 // raise, and a server that had issued above it kept its old ceiling; 6010201, a repair that stopped
 // its margin at the newest ceiling, one left behind by a failed lowering below what the server had
-// issued under a later raise.
+// issued under a later raise. Three of them (125047, 1365334, 6010201) are rolling upgrades since
+// those are drawn: each is replayed as it is now, and as it was found, without the upgrade.
 func TestSimulationSeedsThatFoundBugs(t *testing.T) {
 	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605, 1365334, 1190408, 6010201} {
 		if r := Run(seed, Off{}); r.Failed() {
 			t.Error(r.Report(80))
+		}
+		if r := run(seed, Off{}, false); r.Failed() {
+			t.Errorf("as found, without the upgrade: %s", r.Report(80))
 		}
 	}
 }

@@ -33,6 +33,9 @@ type Off struct {
 	CeilingBound bool
 	// RepairMargin: repair moves a fenced server just past the highest mark (a margin of one ID).
 	RepairMargin bool
+	// OlderRelease: the servers answer the check for a process of an older release (its lease rates
+	// of the last olderLeaseWindow) with nothing, so a ceiling is set while one leases.
+	OlderRelease bool
 }
 
 // Names are the names of the mechanisms switched off, as ticketd-bench sim --off takes them.
@@ -41,7 +44,7 @@ func (o Off) Names() []string {
 	for _, m := range []struct {
 		on   bool
 		name string
-	}{{o.Floors, "floors"}, {o.PeerMarks, "peer-marks"}, {o.Identity, "identity"}, {o.CeilingBound, "ceiling-bound"}, {o.RepairMargin, "repair-margin"}} {
+	}{{o.Floors, "floors"}, {o.PeerMarks, "peer-marks"}, {o.Identity, "identity"}, {o.CeilingBound, "ceiling-bound"}, {o.RepairMargin, "repair-margin"}, {o.OlderRelease, "older-release"}} {
 		if m.on {
 			out = append(out, m.name)
 		}
@@ -161,13 +164,13 @@ func (s *Server) markedHigh(servers []*Server) int64 {
 // peerless is how long the process has reached none of the peers of s, where it writes the marks of
 // what it leases from s: zero while it reaches one (a slow link reaches), and otherwise since the last
 // of them went down or had its link to the process fail.
-func (w *World) peerless(p *Proc, s *Server) time.Duration {
+func (w *World) peerless(party string, s *Server) time.Duration {
 	var since time.Time
 	for _, o := range w.servers {
 		if o == s {
 			continue
 		}
-		k := p.name + "/" + o.name
+		k := party + "/" + o.name
 		st := w.links[k]
 		if o.up && (st == linkOK || st == linkSlow) {
 			return 0
@@ -244,8 +247,12 @@ type World struct {
 
 	servers []*Server
 	procs   []*Proc // nil entries are processes that are down
-	links   map[string]int
-	faultAt map[string]time.Time // when each link last became faulty
+	// olds are the processes of an older release still running, in a rolling upgrade (see older.go).
+	olds      []*oldProc
+	upgrading bool
+	noUpgrade bool // no schedule is a rolling upgrade (see run)
+	links     map[string]int
+	faultAt   map[string]time.Time // when each link last became faulty
 	// writesLeft cuts a party off after that many more writes (an admin cut off half-way).
 	writesLeft map[string]int
 	nextID     int64
@@ -261,8 +268,11 @@ type World struct {
 	// from a server that holds it, as for a start advance a server missed. The next change of the
 	// settings, which writes newer ones, ends them.
 	leftLower []advance
-	ns        allocator.Namespace // the settings the admin last set
-	highest   int64
+	// ceilingOlder are the older processes that leased within olderLeaseWindow before the ceiling in
+	// force was set (see covering).
+	ceilingOlder []string
+	ns           allocator.Namespace // the settings the admin last set
+	highest      int64
 
 	trace     []line
 	counts    map[string]int
@@ -381,15 +391,20 @@ func (w *World) advance(d time.Duration) {
 	target := w.now.Add(d)
 	for i := 0; i < 10000; i++ {
 		var next *task
-		for _, p := range w.procs {
-			if p == nil {
-				continue
-			}
-			for _, t := range p.tasks {
+		due := func(tasks []*task) {
+			for _, t := range tasks {
 				if !t.stopped() && !t.next.After(target) && (next == nil || t.next.Before(next.next)) {
 					next = t
 				}
 			}
+		}
+		for _, p := range w.procs {
+			if p != nil {
+				due(p.tasks)
+			}
+		}
+		for _, o := range w.olds {
+			due(o.tasks)
 		}
 		if next == nil {
 			break
@@ -453,6 +468,9 @@ func (w *World) snapshot() {
 type advance struct {
 	start int64
 	at    time.Time
+	// older are the processes of an older release that leased within olderLeaseWindow before a
+	// ceiling was set (or a lowering tried): it binds them (see oldInForce).
+	older []string
 }
 
 // settingsTTL is how long a process leases by the settings it read.
@@ -520,20 +538,20 @@ func (w *World) inForce(p *Proc) inForce {
 }
 
 // record checks a block against every invariant on IDs, then keeps it.
-func (w *World) record(p *Proc, b allocator.Block, f inForce) {
+func (w *World) record(party string, b allocator.Block, f inForce) {
 	ceiling, minStart := f.ceiling, f.start[b.Server]
 	last := b.Start + (b.Size-1)*b.Step
-	w.logf("  %s leased [%d..%d step %d] from %s", p.name, b.Start, last, b.Step, b.Server)
+	w.logf("  %s leased [%d..%d step %d] from %s", party, b.Start, last, b.Step, b.Server)
 	if last > ceiling {
-		w.fail("ID %d above max_id %d in force when the lease began (%s from %s)", last, ceiling, p.name, b.Server)
+		w.fail("ID %d above max_id %d in force when the lease began (%s from %s)", last, ceiling, party, b.Server)
 	}
 	if b.Start < minStart {
-		w.fail("ID %d below start %d (%s from %s)", b.Start, minStart, p.name, b.Server)
+		w.fail("ID %d below start %d (%s from %s)", b.Start, minStart, party, b.Server)
 	}
 	res := b.Start % b.Step
 	for _, r := range w.issued[res] {
 		if b.Start <= r[1] && r[0] <= last {
-			w.fail("IDs %d..%d issued twice: in [%d..%d] before, and again to %s from %s", max(b.Start, r[0]), min(last, r[1]), r[0], r[1], p.name, b.Server)
+			w.fail("IDs %d..%d issued twice: in [%d..%d] before, and again to %s from %s", max(b.Start, r[0]), min(last, r[1]), r[0], r[1], party, b.Server)
 		}
 	}
 	w.issued[res] = append(w.issued[res], [2]int64{b.Start, last})
@@ -542,7 +560,7 @@ func (w *World) record(p *Proc, b allocator.Block, f inForce) {
 		if s.name != b.Server {
 			continue
 		}
-		if w.peerless(p, s) > interval {
+		if w.peerless(party, s) > interval {
 			s.unmarked = max(s.unmarked, last+1)
 		}
 		var cum int64

@@ -18,7 +18,7 @@ import (
 func init() {
 	commands["sim"] = commandInfo{usage: "ticketd-bench sim [flags]",
 		summary: "Explore schedules of a simulated fleet, deterministically from seeds. Ticket servers that answer the MySQL backend's statements, ticketd processes running the real backend on simulated time, an admin, and a network; " +
-			"leases, process and server crashes, restores from snapshots, data loss, replica promotion, settings changes from an admin that may be cut off half-way, servers listed in another order, repairs as the fence message says, and network faults. " +
+			"leases, process and server crashes, restores from snapshots, data loss, replica promotion, settings changes from an admin that may be cut off half-way, servers listed in another order, repairs as the fence message says, network faults, and rolling upgrades in which processes sending the statements of 0.1.0 are replaced by processes of this release. " +
 			"After every step it checks that no ID was issued twice, above the max_id in force or below the start, and that no healthy server is fenced; at the end, that every repaired server serves. " +
 			"A violation prints its seed and trace; the same seed replays it. The last line is a JSON summary; the exit status is 1 when any schedule broke an invariant.",
 		new: func() command { return &simCmd{} }}
@@ -40,7 +40,7 @@ func (c *simCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.all, "keep-going", false, "explore every schedule even after a violation")
 }
 
-var offNames = []string{"floors", "peer-marks", "identity", "ceiling-bound", "repair-margin"}
+var offNames = []string{"floors", "peer-marks", "identity", "ceiling-bound", "repair-margin", "older-release"}
 
 func parseOff(list string) (sim.Off, error) {
 	var off sim.Off
@@ -56,6 +56,8 @@ func parseOff(list string) (sim.Off, error) {
 			off.CeilingBound = true
 		case "repair-margin":
 			off.RepairMargin = true
+		case "older-release":
+			off.OlderRelease = true
 		default:
 			return off, usagef("--off: unknown mechanism %q; choose from %s", name, strings.Join(offNames, ", "))
 		}
