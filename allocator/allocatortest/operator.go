@@ -120,10 +120,11 @@ func runForcedRepairAtCeiling(t *testing.T, f Fleet) {
 	}
 }
 
-// runCeilingRaised: with server B down, a lower max_id is refused (what B issued is unknown) and a
-// higher one taken; B comes back (with holderDown, while A is down, so that only the process's own
-// knowledge of the change reaches it) and leases up to the new ceiling. Leased to the end through two
-// processes, every ID up to the new ceiling is issued once and none above it.
+// runCeilingRaised: with server B down, a lower max_id is refused (what B issued is unknown), and so is
+// a higher one, naming B (B's copy could hold a higher ceiling still, left there by a lowering that
+// stayed on A alone); once B is back the raise is taken. B then leases past the old ceiling (with
+// holderDown while A is down, so that only what B and the process know of the change binds it). Leased
+// to the end through two processes, every ID up to the new ceiling is issued once and none above it.
 func runCeilingRaised(t *testing.T, f Fleet, holderDown bool) {
 	r := &operatorRun{t: t, ctx: context.Background()}
 	a, b := f.Name(0), f.Name(1)
@@ -140,6 +141,13 @@ func runCeilingRaised(t *testing.T, f Fleet, holderDown bool) {
 	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: low / 2}); !errors.Is(err, allocator.ErrUnavailable) {
 		t.Fatalf("a lower max_id with %s down: %v, want ErrUnavailable", b, err)
 	}
+	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: high}); !errors.Is(err, allocator.ErrUnavailable) || !strings.Contains(err.Error(), b+" did not") {
+		t.Fatalf("a higher max_id with %s down: %v, want ErrUnavailable naming %s", b, err, b)
+	}
+	if err := f.Start(r.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.untilFrom(p1, b) // B back in the process's rotation
 	if _, err := p1.UpdateNamespace(r.ctx, allocator.Namespace{Name: "orders", BlockSize: 10, MaxID: high}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +156,6 @@ func runCeilingRaised(t *testing.T, f Fleet, holderDown bool) {
 		if err := f.Stop(0); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := f.Start(r.ctx, 1); err != nil {
-		t.Fatal(err)
 	}
 	// B leases past the old ceiling, in the process that made the change.
 	for {
