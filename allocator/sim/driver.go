@@ -26,6 +26,9 @@ type data struct {
 	rows  map[rowKey]*row
 	marks map[peerKey]*mark
 	rates map[peerKey]*rate
+	// reports are, for each process of an older release, the updated_us of its last lease-rate
+	// report this server holds (see seenOlder): the simulation's own record, not a table.
+	reports map[string]int64
 }
 
 type rowKey struct {
@@ -55,7 +58,7 @@ type rate struct {
 }
 
 func newData() *data {
-	return &data{rows: map[rowKey]*row{}, marks: map[peerKey]*mark{}, rates: map[peerKey]*rate{}}
+	return &data{rows: map[rowKey]*row{}, marks: map[peerKey]*mark{}, rates: map[peerKey]*rate{}, reports: map[string]int64{}}
 }
 
 func (d *data) clone() *data {
@@ -72,6 +75,7 @@ func (d *data) clone() *data {
 		r := *v
 		c.rates[k] = &r
 	}
+	maps.Copy(c.reports, d.reports)
 	return c
 }
 
@@ -159,7 +163,7 @@ func (c *conn) ExecContext(_ context.Context, query string, args []driver.NamedV
 		return nil, err
 	}
 	c.w.wrote(c.from)
-	res, err := c.srv.exec(c.w, parse(query).q, values(args))
+	res, err := c.srv.exec(c.w, c.from, parse(query).q, values(args))
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +461,7 @@ func sortKeys(keys []peerKey) []peerKey {
 }
 
 // exec answers an INSERT or UPDATE.
-func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, error) {
+func (s *Server) exec(w *World, from, q string, a []driver.Value) (driver.Result, error) {
 	d := s.data
 	nowUS := w.now.UnixMicro()
 	switch {
@@ -593,7 +597,7 @@ func (s *Server) exec(w *World, q string, a []driver.Value) (driver.Result, erro
 		m.high, m.updatedUS = max(m.high, i64(a[len(a)-2])), i64(a[len(a)-1])
 		return result{n: 2}, nil
 	case strings.HasPrefix(q, "INSERT INTO ticketd_lease_rates"):
-		return s.pace(q, a, nowUS)
+		return s.pace(from, q, a, nowUS)
 	}
 	panic("sim: statement not simulated: " + q)
 }
@@ -664,10 +668,11 @@ func (s *Server) updateRowBefore6(w *World, a []driver.Value) (driver.Result, er
 }
 
 // pace answers the write of a process's lease rate (see mysql's paceSQL), on the server's clock.
-func (s *Server) pace(q string, a []driver.Value, nowUS int64) (driver.Result, error) {
+func (s *Server) pace(from, q string, a []driver.Value, nowUS int64) (driver.Result, error) {
 	k := peerKey{str(a[0]), i64(a[1])}
 	r := s.data.rates[k]
 	if !strings.Contains(q, "fleet_peak_per_s") { // an older release: the process's own rate alone
+		s.data.reports[from] = max(s.data.reports[from], i64(a[3]))
 		if r == nil {
 			s.data.rates[k] = &rate{peak: i64(a[2]), updatedUS: i64(a[3])}
 			return result{n: 1}, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/allocator/internal/failover"
+	"github.com/ticketd/ticketd/allocator/mysql"
 )
 
 // A rolling upgrade. In a quarter of the schedules (drawn from a generator of their own, so that the
@@ -30,8 +31,16 @@ import (
 //
 // It does not create rows for a server that missed the namespace (the schedules create it on every
 // server), change settings or repair.
+//
+// The envelope: a change that sets a ceiling binds an older process only when, as it begins, a server
+// the admin's check reads (in its rotation, up and reached) holds a lease-rate report of that process
+// from within olderLeaseWindow (see seenOlder): what the product can see, and refuses. The leases it made
+// after its last report that reached such a server (up to one water-mark interval, longer while its
+// reports reach none) are outside it: a change made then is the operator's, as the upgrade procedure
+// says (replace every older process before setting a ceiling), and the process may lease above it.
 
-// olderLeaseWindow is mysql's: a lease of an older release within it keeps a ceiling from being set.
+// olderLeaseWindow is mysql's: a lease-rate report of an older release within it keeps a ceiling from
+// being set.
 const olderLeaseWindow = time.Minute
 
 // releaseBefore6 is the release whose statements the older processes send.
@@ -70,8 +79,7 @@ type oldProc struct {
 	// settings are those it leases by, read at settingsAt.
 	settings   row
 	settingsAt time.Time
-	// leases are the times it leased: a ceiling set within olderLeaseWindow of one is one the product
-	// refuses (see covering).
+	// leases are the times it leased (see covering; what binds it is its reports, see seenOlder).
 	leases []time.Time
 }
 
@@ -280,8 +288,8 @@ func (w *World) oldLeaseFrom(o *oldProc, s *Server, settings row, size int64) (a
 	return allocator.Block{Namespace: namespace, Server: s.name, Start: end - taken*step, Size: taken, Step: step}, true
 }
 
-// covering are the older processes that leased within olderLeaseWindow before t: a ceiling set then
-// (or a lowering tried, which may stay on some servers) is one the product promises to refuse.
+// covering are the older processes that leased within olderLeaseWindow before t. It only counts the
+// ceilings set then: whether such a change binds them is what the refusal could see (see seenOlder).
 func (w *World) covering(t time.Time) []string {
 	var out []string
 	for _, o := range w.olds {
@@ -290,6 +298,39 @@ func (w *World) covering(t time.Time) []string {
 				out = append(out, o.name)
 				break
 			}
+		}
+	}
+	return out
+}
+
+// seenOlder are the older processes that a change to maxID, by the admin named admin through st,
+// binds as it begins, as the refusal sees them: none unless it sets a ceiling (below the max_id of a
+// row the admin reads); then each process of which a server the admin's check reads (in the admin's
+// rotation, up and reached) holds a lease-rate report with updated_us within olderLeaseWindow (0.1.0
+// writes one only for an interval in which it leased: each covers the leases before it). The product
+// refuses such a change. It sees no more: the leases a process made since its last report that
+// reached such a server (up to one water-mark interval; longer while its reports reach none) are not
+// seen, and a change made then does not bind it: that is the operator's, as the upgrade procedure says.
+func (w *World) seenOlder(admin string, st *mysql.Store, maxID int64) []string {
+	rotation := map[string]bool{}
+	for _, h := range st.Health() {
+		rotation[h.Name] = h.Healthy || h.Fenced
+	}
+	var read []*Server
+	lowers := false
+	for _, s := range w.servers {
+		if s.up && rotation[s.name] && w.links[admin+"/"+s.name] != linkCut {
+			read = append(read, s)
+			if r := s.data.rows[rowKey{namespace, s.offset}]; r != nil && maxID < r.maxID {
+				lowers = true
+			}
+		}
+	}
+	var out []string
+	since := w.now.Add(-olderLeaseWindow).UnixMicro()
+	for _, o := range w.olds {
+		if lowers && slices.ContainsFunc(read, func(s *Server) bool { return s.data.reports[o.name] > since }) {
+			out = append(out, o.name)
 		}
 	}
 	return out
@@ -309,8 +350,9 @@ func (w *World) held(l advance) bool {
 // oldInForce is what binds a lease of an older process from s that begins now, having read settings:
 // the ceilings of this release bind it only through its row's max_id, which every server holds once a
 // lowering returned; a ceiling a server lost (a restore from before it) or kept from a lowering that
-// failed binds it when the change was made while it leased (within olderLeaseWindow): the product
-// refuses such a change, and the upgrade procedure leaves any other to the operator. A start advance
+// failed binds it when the change was made while the admin's check could see a report of its leases
+// (see seenOlder): the product refuses such a change, and the upgrade procedure leaves any other to the
+// operator. A start advance
 // binds it on a server that holds it, and everywhere once it read settings that hold it.
 func (w *World) oldInForce(o *oldProc, settings row, s *Server) inForce {
 	f := inForce{ceiling: w.ceiling, start: map[string]int64{}}

@@ -505,7 +505,9 @@ func (w *World) settings() {
 		cut = fmt.Sprintf(", cut off after %d writes", w.writesLeft[name])
 	}
 	var got allocator.Namespace
+	var older []string // what the change binds, should it set a ceiling (see seenOlder)
 	err := w.adminAs(name, func(st *mysql.Store) error {
+		older = w.seenOlder(name, st, ns.MaxID)
 		var err error
 		got, err = st.UpdateNamespace(w.ctx, ns)
 		return err
@@ -515,14 +517,14 @@ func (w *World) settings() {
 		// it could not be taken back from.
 		w.ceiling = max(w.ceiling, ns.MaxID)
 		if kind == "max_id lowered" {
-			w.leftLower = append(w.leftLower, advance{ns.MaxID, w.now, w.covering(began)})
+			w.leftLower = append(w.leftLower, advance{ns.MaxID, w.now, older})
 		}
 		w.logf("admin: %s (max_id %d, start %d, block %d)%s: %s", kind, ns.MaxID, ns.Start, ns.BlockSize, cut, short(err))
 		return
 	}
 	if ns.MaxID != w.ceiling {
-		w.ceilingAt, w.ceilingOlder = w.now, w.covering(began)
-		if len(w.ceilingOlder) > 0 && ns.MaxID < w.ceiling {
+		w.ceilingAt, w.ceilingOlder = w.now, older
+		if len(w.covering(began)) > 0 && ns.MaxID < w.ceiling {
 			w.counts["ceiling set within a minute of an older lease"]++
 		}
 	}

@@ -34,7 +34,7 @@ type Off struct {
 	// RepairMargin: repair moves a fenced server just past the highest mark (a margin of one ID).
 	RepairMargin bool
 	// OlderRelease: the servers answer the check for a process of an older release (its lease rates
-	// of the last olderLeaseWindow) with nothing, so a ceiling is set while one leases.
+	// of the last olderLeaseWindow) with nothing, so a ceiling is set while one's reports are seen.
 	OlderRelease bool
 }
 
@@ -268,8 +268,7 @@ type World struct {
 	// from a server that holds it, as for a start advance a server missed. The next change of the
 	// settings, which writes newer ones, ends them.
 	leftLower []advance
-	// ceilingOlder are the older processes that leased within olderLeaseWindow before the ceiling in
-	// force was set (see covering).
+	// ceilingOlder are the older processes the ceiling in force binds (see seenOlder).
 	ceilingOlder []string
 	ns           allocator.Namespace // the settings the admin last set
 	highest      int64
@@ -468,8 +467,8 @@ func (w *World) snapshot() {
 type advance struct {
 	start int64
 	at    time.Time
-	// older are the processes of an older release that leased within olderLeaseWindow before a
-	// ceiling was set (or a lowering tried): it binds them (see oldInForce).
+	// older are the processes of an older release the admin's check could see when a ceiling was set
+	// (or a lowering tried): it binds them (see seenOlder, oldInForce).
 	older []string
 }
 
