@@ -102,10 +102,12 @@ func TestSimulationFindsEachGuardMissing(t *testing.T) {
 // lowering left on some servers, a change to a max_id between it and the old ceiling was taken for a
 // raise, and a server that had issued above it kept its old ceiling; 6010201, a repair that stopped
 // its margin at the newest ceiling, one left behind by a failed lowering below what the server had
-// issued under a later raise. Three of them (125047, 1365334, 6010201) are rolling upgrades since
+// issued under a later raise; 7147860, after a lowering left on a, a change of max_id with b (which
+// kept the old ceiling) down was taken for a raise of a's, returned success, and a process that could
+// read only b once it was back leased above it. Three of them (125047, 1365334, 6010201) are rolling upgrades since
 // those are drawn: each is replayed as it is now, and as it was found, without the upgrade.
 func TestSimulationSeedsThatFoundBugs(t *testing.T) {
-	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605, 1365334, 1190408, 6010201} {
+	for _, seed := range []uint64{10161, 125047, 105615, 114916, 122165, 122833, 128565, 138391, 1043285, 1037067, 1053385, 2605, 1365334, 1190408, 6010201, 7147860} {
 		if r := Run(seed, Off{}); r.Failed() {
 			t.Error(r.Report(80))
 		}
