@@ -125,6 +125,12 @@ type Figures struct {
 	// LongestOutageStallMS is the longest Next call that began during an outage: it lasts about as long
 	// as the outage, whose end callers can only wait for.
 	LongestOutageStallMS float64 `json:"longest_outage_stall_ms"`
+	// ExhaustedWaits counts the calls of the ceiling namespace, once drawn up to its ceiling on every
+	// server, that waited for a server out of rotation and returned unavailable (no server can issue
+	// its IDs; one that is out may hold none either, and the SDK waits for it); LongestExhaustedWaitMS
+	// is the longest. They are neither stalls nor errors.
+	ExhaustedWaits         int64   `json:"exhausted_waits"`
+	LongestExhaustedWaitMS float64 `json:"longest_exhausted_wait_ms"`
 	// Blocks is how many blocks the ticket servers issued to the replicas.
 	Blocks int64 `json:"blocks"`
 	// NextErrors counts Next calls that returned an error; FailedAttempts the lease attempts on a ticket
@@ -151,6 +157,8 @@ func (f *Figures) add(o Figures) {
 		f.LongestStallMS, f.LongestStallDuring, f.LongestStallAfter = o.LongestStallMS, o.LongestStallDuring, o.LongestStallAfter
 	}
 	f.LongestOutageStallMS = max(f.LongestOutageStallMS, o.LongestOutageStallMS)
+	f.ExhaustedWaits += o.ExhaustedWaits
+	f.LongestExhaustedWaitMS = max(f.LongestExhaustedWaitMS, o.LongestExhaustedWaitMS)
 	f.Blocks += o.Blocks
 	f.NextErrors += o.NextErrors
 	f.LostInFlightIDs += o.LostInFlightIDs

@@ -57,6 +57,8 @@ func (w *world) summarize(ctx context.Context) (Figures, []FaultResult, error) {
 	for _, d := range clients {
 		drawn[d.namespace] = append(drawn[d.namespace], d.ids...)
 		issued.exhausted += d.exhausted
+		f.ExhaustedWaits += d.exhaustedWaits
+		f.LongestExhaustedWaitMS = max(f.LongestExhaustedWaitMS, float64(d.longestExhaustedWait.Microseconds())/1000)
 		f.degradedCalls += d.degradedCalls
 		f.degradedOK += d.degradeOK
 		f.NextErrors += d.errors

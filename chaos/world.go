@@ -389,6 +389,8 @@ type drawer struct {
 	degradedCalls, degradeOK int64
 	errors                   int64
 	exhausted                int64                     // calls of the ceiling namespace that found it exhausted
+	exhaustedWaits           int64                     // and, once it had, the calls that waited for a server out of rotation
+	longestExhaustedWait     time.Duration             // the longest of those
 	longestBetween           time.Duration             // the longest call that began between faults
 	longestBetweenBegan      time.Time                 // when it began
 	longestBetweenAfter      *faultEnd                 // the fault that had ended last then (nil: none yet)
@@ -444,6 +446,15 @@ func (d *drawer) draw(ctx context.Context, rate float64) {
 				// call is neither a stall nor a failure (the SDK asks every ticketd before it gives
 				// this answer, and waits for one that is down).
 				d.exhausted++
+				continue
+			}
+			if err != nil && d.namespace == CeilingNamespace && d.exhausted > 0 && errors.Is(err, client.ErrUnavailable) {
+				// Once drawn up to its ceiling on every server, the namespace has no ID any server can
+				// issue; while one is out of rotation (fenced, say) ticketd cannot tell that it holds
+				// none either, and the SDK waits for it (WithMaxWait) before it gives up. No ID is
+				// awaited: neither a stall nor a failure, counted apart.
+				d.exhaustedWaits++
+				d.longestExhaustedWait = max(d.longestExhaustedWait, took)
 				continue
 			}
 			if calls > 1 {
