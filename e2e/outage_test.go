@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,45 +18,85 @@ import (
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
 )
 
-// TestE2ENoWaitAfterAnOutage: SDK clients with the default options draw IDs through `ticketd serve` on
-// the MariaDB pair while both ticket servers are refused (auto_increment_increment changed on both, as
-// an operator might, and the connections cut so that ticketd checks them again) long enough that every
-// client's refills fail again and again and its backoff grows to its longest; then the setting is put
-// back. From the moment ticketd has them in rotation again, no Next waits a second: a refill asked
-// during the outage is held by ticketd until a server is back and served then, and the client retries
-// at once after an answer that was held, instead of sleeping a backoff that outlasts the outage. No ID
-// comes twice.
+// TestE2ENoWaitAfterAnOutage: SDK clients with the default options draw IDs through `ticketd serve`
+// while both ticket servers are out of rotation long enough that every client's refills fail again and
+// again and its backoff grows to its longest; then they come back. On the MariaDB pair both are refused
+// (auto_increment_increment changed on both, as an operator might, and the connections cut so that
+// ticketd checks them again) until the setting is put back; on Redis both refuse connections. From the
+// moment ticketd has a server in rotation again, no Next waits a second: a refill asked during the
+// outage is held by ticketd until a server is back and served then, and the client retries at once
+// after an answer that was held, instead of sleeping a backoff that outlasts the outage. No ID comes
+// twice.
 func TestE2ENoWaitAfterAnOutage(t *testing.T) {
 	const name = "after"
-	dsns := preparePair(t, allocator.Namespace{Name: name, BlockSize: 50, MaxBlockSize: 1000})
-	direct := slices.Clone(dsns)
-	setIncrement := func(n int) {
-		for _, dsn := range direct {
-			db, err := sql.Open("mysql", dsn)
+	t.Run("MariaDB", func(t *testing.T) {
+		dsns := preparePair(t, allocator.Namespace{Name: name, BlockSize: 50, MaxBlockSize: 1000})
+		direct := slices.Clone(dsns)
+		setIncrement := func(n int) {
+			for _, dsn := range direct {
+				db, err := sql.Open("mysql", dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = db.Exec(fmt.Sprintf("SET GLOBAL auto_increment_increment = %d", n))
+				db.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		t.Cleanup(func() { setIncrement(2) })
+		var gates []*testenv.Gate
+		for i, dsn := range dsns {
+			mc, err := gomysql.ParseDSN(dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = db.Exec(fmt.Sprintf("SET GLOBAL auto_increment_increment = %d", n))
-			db.Close()
-			if err != nil {
-				t.Fatal(err)
+			g := testenv.StartGate(t, mc.Addr)
+			mc.Addr = g.Addr()
+			dsns[i], gates = mc.FormatDSN(), append(gates, g)
+		}
+		td := startTicketd(t, pairStore(dsns), name)
+		noWaitAfterAnOutage(t, td, name, 3, func() {
+			setIncrement(4)
+			for _, g := range gates {
+				g.Set(testenv.Refuse) // every connection closed: the next one is checked
+				g.Set(testenv.Pass)
+			}
+		}, func() { setIncrement(2) })
+	})
+	t.Run("Redis", func(t *testing.T) {
+		var gates []*testenv.Gate
+		var addrs []string
+		for range 2 {
+			r := testenv.PrivateRedis(t, testservers.RedisOptions{})
+			g := testenv.StartGate(t, r.Addr())
+			gates, addrs = append(gates, g), append(addrs, g.Addr())
+		}
+		store := []string{"--redis", strings.Join(addrs, ",")}
+		testenv.RunTicketd(t, nil, append([]string{"namespace", "create"}, append(store, name, "--block-size", "50", "--max-block-size", "1000")...)...)
+		td := startTicketd(t, store, name)
+		set := func(f testenv.Fate) func() {
+			return func() {
+				for _, g := range gates {
+					g.Set(f)
+				}
 			}
 		}
-	}
-	t.Cleanup(func() { setIncrement(2) })
-	var gates []*testenv.Gate
-	for i, dsn := range dsns {
-		mc, err := gomysql.ParseDSN(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := testenv.StartGate(t, mc.Addr)
-		mc.Addr = g.Addr()
-		dsns[i], gates = mc.FormatDSN(), append(gates, g)
-	}
-	td := startTicketd(t, pairStore(dsns), name)
+		// A lease meets refused connections for its whole lease timeout (the servers are tried in
+		// rounds) before it fails: each client fails about one refill in the outage.
+		noWaitAfterAnOutage(t, td, name, 1, set(testenv.Refuse), set(testenv.Pass))
+	})
+}
+
+// noWaitAfterAnOutage draws through td with clients of the default options, takes every ticket server
+// out with out until td has none in rotation and for 8 s more (each client must have failed at least
+// minFailures refills by then), brings them back with in, and checks that no Next waits a second from
+// the moment td has one in rotation again, and that no ID comes twice.
+func noWaitAfterAnOutage(t *testing.T, td *testenv.Serve, name string, minFailures int64, out, in func()) {
 	usable := func() (n int) {
 		req, _ := http.NewRequest(http.MethodGet, td.URL+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
@@ -126,18 +167,14 @@ func TestE2ENoWaitAfterAnOutage(t *testing.T) {
 		return n
 	}
 	eventually(t, "IDs served through ticketd", func() bool { return set.n.Load() > 10*clients })
-	setIncrement(4)
-	for _, g := range gates {
-		g.Set(testenv.Refuse) // every connection closed: the next one is checked
-		g.Set(testenv.Pass)
-	}
+	out()
 	eventually(t, "neither server in rotation", func() bool { return usable() == 0 })
 	// Long enough that the clients' backoffs reach their longest (DefaultBackoffMax, 5 s).
 	time.Sleep(8 * time.Second)
-	if n := failures(); n < 3 {
+	if n := failures(); n < minFailures {
 		t.Fatalf("a client failed only %d refills in the outage; the test needs their backoff grown", n)
 	}
-	setIncrement(2)
+	in()
 	eventually(t, "a server back in rotation", func() bool { return usable() > 0 })
 	mu.Lock()
 	back = time.Now()

@@ -46,6 +46,8 @@ type Config struct {
 	// BeforeChange, when set, runs before each server takes a namespace change: a seam for tests that
 	// make something happen between a change's checks and its writes.
 	BeforeChange func(server string)
+
+	rotation *rotation // set by NewSet: its members say when one comes back in rotation
 }
 
 // Server is one ticket server of a Set. Name, Usable, Due, MarkDown and MarkUp come from the *Member

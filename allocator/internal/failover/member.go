@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,11 +93,46 @@ func (m *Member) MarkUp() {
 	m.mu.Unlock()
 }
 
-// MarkUsable puts a server that passed its checks in rotation.
+// MarkUsable puts a server that passed its checks in rotation; one that was out wakes the leases that
+// wait for a next round (see Set.pause).
 func (m *Member) MarkUsable() {
 	m.mu.Lock()
+	back := !m.up
 	m.up, m.streak.Failures, m.lastErr = true, 0, nil
 	m.mu.Unlock()
+	if back && m.cfg.rotation != nil {
+		m.cfg.rotation.back()
+	}
+}
+
+// rotation tells the leases that wait between rounds over the servers that a server came back.
+type rotation struct {
+	mu      sync.Mutex
+	waiting []*func()
+}
+
+// onBack calls wake once when a server comes back, unless the returned stop is called first.
+func (r *rotation) onBack(wake func()) (stop func()) {
+	w := &wake
+	r.mu.Lock()
+	r.waiting = append(r.waiting, w)
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.waiting = slices.DeleteFunc(r.waiting, func(x *func()) bool { return x == w })
+		r.mu.Unlock()
+	}
+}
+
+// back wakes every lease waiting.
+func (r *rotation) back() {
+	r.mu.Lock()
+	waiting := r.waiting
+	r.waiting = nil
+	r.mu.Unlock()
+	for _, w := range waiting {
+		(*w)()
+	}
 }
 
 // NoteError records why a check failed, for Health, without changing whether the server is usable.

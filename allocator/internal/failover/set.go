@@ -51,6 +51,7 @@ func NewSet[S Server[R], R Record[R]](cfg Config) *Set[S, R] {
 	}
 	cfg.Runtime = cfg.Runtime.WithDefaults()
 	cfg.Now = cfg.Runtime.Now
+	cfg.rotation = &rotation{}
 	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{},
 		done: make(chan struct{})}
 	set.bg, set.stopBG = context.WithCancel(context.Background())
@@ -346,7 +347,13 @@ func (set *Set[S, R]) pause(ctx context.Context, round int, deadline time.Time) 
 	defer cancel()
 	stop := context.AfterFunc(set.bg, cancel) // Close ends the wait
 	defer stop()
-	return set.cfg.Runtime.Sleep(sctx, wait)
+	// A server back in rotation ends it too: the next round tries that server at once, rather than
+	// after a wait that began while every server was out.
+	var back atomic.Bool
+	unwatch := set.cfg.rotation.onBack(func() { back.Store(true); cancel() })
+	slept := set.cfg.Runtime.Sleep(sctx, wait)
+	unwatch()
+	return slept || back.Load() && ctx.Err() == nil && !set.closed.Load()
 }
 
 // attempt makes one attempt on one server, reviving it first if it was down, and keeps its health.

@@ -238,6 +238,50 @@ func TestLeaseKeepsTryingUntilItsTimeout(t *testing.T) {
 	}
 }
 
+// TestLeaseWakesWhenAServerIsBack: with every server down, a lease waits between rounds (5 to 10 s
+// here); a server that comes back in rotation meanwhile ends the wait, and the lease takes its block at
+// once rather than after a wait begun while none was in rotation.
+func TestLeaseWakesWhenAServerIsBack(t *testing.T) {
+	fx := newFixture(t, 2, func(c *Config) { c.MinBackoff, c.MaxBackoff, c.Timeout = 10*time.Second, 10*time.Second, time.Minute })
+	refused := errors.New("connection refused")
+	var mu sync.Mutex
+	down := true
+	tried := make(chan struct{}, 16)
+	lease := func(ctx context.Context, s *fakeServer, r fakeRecord, size int64) (allocator.Block, error) {
+		tried <- struct{}{}
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return allocator.Block{}, refused
+		}
+		return allocator.Block{Namespace: "orders", Start: 1, Step: 1, Size: size, Server: s.Name()}, nil
+	}
+	type result struct {
+		blk allocator.Block
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := fx.set.Lease(context.Background(), "orders", 1, "", lease)
+		done <- result{b, err}
+	}()
+	<-tried
+	<-tried // both servers failed: the lease waits for its next round
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	fx.servers[0].MarkUsable()
+	select {
+	case r := <-done:
+		if r.err != nil || r.blk.Server != "s1" {
+			t.Fatalf("lease after s1 came back: %v, %v; want s1's block", r.blk, r.err)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("the lease still waits 4 s after s1 came back in rotation: it sleeps out a wait begun while none was")
+	}
+}
+
 // TestLeaseGivesUpAtItsTimeout: with every server failing, a lease tries them round after round, with a
 // growing wait between rounds (never in a busy loop), and fails at its timeout with each server's
 // last error once.
