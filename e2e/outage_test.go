@@ -18,7 +18,6 @@ import (
 	"github.com/ticketd/ticketd/api"
 	"github.com/ticketd/ticketd/client"
 	"github.com/ticketd/ticketd/internal/testenv"
-	"github.com/ticketd/ticketd/internal/testservers"
 )
 
 // TestE2ENoWaitAfterAnOutage: SDK clients with the default options draw IDs through `ticketd serve`
@@ -69,13 +68,7 @@ func TestE2ENoWaitAfterAnOutage(t *testing.T) {
 		}, func() { setIncrement(2) })
 	})
 	t.Run("Redis", func(t *testing.T) {
-		var gates []*testenv.Gate
-		var addrs []string
-		for range 2 {
-			r := testenv.PrivateRedis(t, testservers.RedisOptions{})
-			g := testenv.StartGate(t, r.Addr())
-			gates, addrs = append(gates, g), append(addrs, g.Addr())
-		}
+		gates, addrs := testenv.GatedRedis(t, 2)
 		store := []string{"--redis", strings.Join(addrs, ",")}
 		testenv.RunTicketd(t, nil, append([]string{"namespace", "create"}, append(store, name, "--block-size", "50", "--max-block-size", "1000")...)...)
 		td := startTicketd(t, store, name)

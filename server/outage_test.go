@@ -11,7 +11,6 @@ import (
 	"github.com/ticketd/ticketd/allocator/mysql"
 	"github.com/ticketd/ticketd/allocator/redis"
 	"github.com/ticketd/ticketd/internal/testenv"
-	"github.com/ticketd/ticketd/internal/testservers"
 )
 
 // leasesAlone leaves the background checks for later than any test: the servers come back from an
@@ -44,13 +43,7 @@ func gatedPair(t *testing.T, ns allocator.Namespace) (allocator.Backend, []*test
 // its own, and creates namespace ns.
 func gatedRedis(t *testing.T, ns allocator.Namespace) (allocator.Backend, []*testenv.Gate) {
 	t.Helper()
-	var gates []*testenv.Gate
-	var addrs []string
-	for range 2 {
-		r := testenv.PrivateRedis(t, testservers.RedisOptions{})
-		g := testenv.StartGate(t, r.Addr())
-		gates, addrs = append(gates, g), append(addrs, g.Addr())
-	}
+	gates, addrs := testenv.GatedRedis(t, 2)
 	s, err := redis.Open(context.Background(), redis.Config{Addrs: addrs, Logger: quiet, Failover: leasesAlone})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/ticketd/ticketd/internal/testservers"
 )
 
 // Fate is what a Gate does with a connection it accepts.
@@ -171,4 +173,18 @@ func (g *Gate) close() {
 	g.mu.Unlock()
 	_ = g.ln.Close()
 	g.wg.Wait()
+}
+
+// GatedRedis starts n throwaway Redis instances, each behind a gate of its own, and returns the gates
+// and their addresses (the instances are reached through them).
+func GatedRedis(t testing.TB, n int) ([]*Gate, []string) {
+	t.Helper()
+	var gates []*Gate
+	var addrs []string
+	for range n {
+		r := PrivateRedis(t, testservers.RedisOptions{})
+		g := StartGate(t, r.Addr())
+		gates, addrs = append(gates, g), append(addrs, g.Addr())
+	}
+	return gates, addrs
 }
