@@ -30,7 +30,12 @@ const (
 // namespace; it returns the DSNs.
 func preparePair(t *testing.T, ns allocator.Namespace) []string {
 	t.Helper()
-	dsns := testenv.Pair(t)
+	return prepareOn(t, testenv.Pair(t), ns)
+}
+
+// prepareOn migrates the databases dsns, one on each server of a pair, and creates the namespace.
+func prepareOn(t *testing.T, dsns []string, ns allocator.Namespace) []string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := mysql.Open(ctx, mysql.Config{DSNs: dsns, Migrate: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

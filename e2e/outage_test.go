@@ -32,7 +32,10 @@ import (
 func TestE2ENoWaitAfterAnOutage(t *testing.T) {
 	const name = "after"
 	t.Run("MariaDB", func(t *testing.T) {
-		dsns := preparePair(t, allocator.Namespace{Name: name, BlockSize: 50, MaxBlockSize: 1000})
+		// A pair of its own: the settings changed are the servers' own, and other tests share the
+		// harness's pair.
+		pp := testenv.PrivatePair(t)
+		dsns := prepareOn(t, testenv.FreshDatabases(t, []string{pp[0].DSN(""), pp[1].DSN("")}), allocator.Namespace{Name: name, BlockSize: 50, MaxBlockSize: 1000})
 		direct := slices.Clone(dsns)
 		setIncrement := func(n int) {
 			for _, dsn := range direct {
