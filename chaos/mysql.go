@@ -289,9 +289,16 @@ func (m *mysqlServers) incrementChanged(w *world) fault {
 			if err := set(ctx, 4); err != nil {
 				return err
 			}
+			// Every connection through the proxy is closed (a timeout toxic closes each link 1 ms
+			// after it is added) and the toxic taken off again: the proxy keeps its port, which a stop
+			// and a start would give up for a moment to whoever binds it first.
 			p := w.proxies[1][0]
-			p.Stop()
-			return p.Start()
+			if err := toxic(p, "cut", "timeout", "downstream", `{"timeout":1}`); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+			removeToxic(p, "cut")
+			return nil
 		},
 		revert: func(ctx context.Context, res *FaultResult) error {
 			res.FencedOrRefused = waitUntil(fencedWithin, func() bool {
