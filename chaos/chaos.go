@@ -104,8 +104,10 @@ type Figures struct {
 	Duplicates int64 `json:"duplicates"`
 	// ReissuedIDs counts IDs that lie in two blocks the ticket servers issued, drawn or not: a block
 	// leased twice is a duplicate even when the run drew only one of its copies.
-	ReissuedIDs      int64 `json:"reissued_ids"`
-	ParityViolations int64 `json:"parity_violations"`
+	ReissuedIDs int64 `json:"reissued_ids"`
+	// ReissuedFirst names the first two blocks found to share IDs, and when their leases began.
+	ReissuedFirst    string `json:"reissued_first,omitempty"`
+	ParityViolations int64  `json:"parity_violations"`
 	// StartViolations counts blocks that started below a namespace's start although their lease began
 	// after the start was advanced.
 	StartViolations int64 `json:"start_violations"`
@@ -150,6 +152,9 @@ func (f *Figures) add(o Figures) {
 	f.IDs += o.IDs
 	f.Duplicates += o.Duplicates
 	f.ReissuedIDs += o.ReissuedIDs
+	if f.ReissuedFirst == "" {
+		f.ReissuedFirst = o.ReissuedFirst
+	}
 	f.ParityViolations += o.ParityViolations
 	f.StartViolations += o.StartViolations
 	f.IDsAboveMaxID += o.IDsAboveMaxID
@@ -267,7 +272,7 @@ func (s Summary) OK(minIDs int64) error {
 		errs = append(errs, fmt.Errorf("%d duplicate IDs", s.Duplicates))
 	}
 	if s.ReissuedIDs != 0 {
-		errs = append(errs, fmt.Errorf("%d IDs issued in two blocks", s.ReissuedIDs))
+		errs = append(errs, fmt.Errorf("%d IDs issued in two blocks, first %s", s.ReissuedIDs, s.ReissuedFirst))
 	}
 	if s.ParityViolations != 0 {
 		errs = append(errs, fmt.Errorf("%d IDs outside the parity of the server that issued them", s.ParityViolations))

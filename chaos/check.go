@@ -126,7 +126,11 @@ func (is issue) check(f *Figures, faults []FaultResult, drawn map[string][]int64
 		f.ParityViolations += l.outsideBlocks(ids, is.of(ns))
 	}
 	for _, ns := range []string{Namespace, CeilingNamespace} {
-		f.ReissuedIDs += l.reissued(is.of(ns))
+		n, first := l.reissued(is.recordedOf(ns))
+		f.ReissuedIDs += n
+		if f.ReissuedFirst == "" {
+			f.ReissuedFirst = first
+		}
 	}
 	for _, a := range is.advances {
 		c := a.check(is.recordedOf(Namespace), indexOf)
@@ -231,26 +235,32 @@ func (l layout) outsideBlocks(sorted []int64, blocks []allocator.Block) int64 {
 
 // reissued counts the IDs that lie in more than one block: walks each residue's blocks in order of
 // their start, against the highest ID issued before.
-func (l layout) reissued(blocks []allocator.Block) int64 {
-	var n int64
+func (l layout) reissued(blocks []recorded) (n int64, first string) {
 	for parity := range l.step {
-		var bs []allocator.Block
+		var bs []recorded
 		for _, b := range blocks {
 			if b.Start%l.step == parity && b.Step == l.step && b.Size > 0 {
 				bs = append(bs, b)
 			}
 		}
-		slices.SortFunc(bs, func(x, y allocator.Block) int { return compare(x.Start, y.Start) })
-		var high int64 = -1 // the highest ID of the blocks so far; -1 before the first
+		slices.SortFunc(bs, func(x, y recorded) int { return compare(x.Start, y.Start) })
+		var high int64 = -1  // the highest ID of the blocks so far; -1 before the first
+		var highest recorded // the block that holds it
 		for _, b := range bs {
-			last := lastOf(b)
+			last := lastOf(b.Block)
 			if high >= b.Start {
 				n += (min(high, last)-b.Start)/l.step + 1
+				if first == "" {
+					first = fmt.Sprintf("%s (lease began %s) and %s (lease began %s)", highest.Block, highest.began.Format("15:04:05.000"),
+						b.Block, b.began.Format("15:04:05.000"))
+				}
 			}
-			high = max(high, last)
+			if last > high {
+				high, highest = last, b
+			}
 		}
 	}
-	return n
+	return n, first
 }
 
 func compare(a, b int64) int {

@@ -70,7 +70,7 @@ func TestSummaryFails(t *testing.T) {
 		want   string
 	}{
 		{"duplicate", func(s *Summary) { s.Duplicates = 1 }, "1 duplicate"},
-		{"block issued twice", func(s *Summary) { s.ReissuedIDs = 3 }, "3 IDs issued in two blocks"},
+		{"block issued twice", func(s *Summary) { s.ReissuedIDs = 3 }, "3 IDs issued in two blocks, first"},
 		{"parity", func(s *Summary) { s.ParityViolations = 2 }, "parity"},
 		{"start", func(s *Summary) { s.StartViolations = 1 }, "below the namespace's start"},
 		{"above max_id", func(s *Summary) { s.IDsAboveMaxID = 7 }, "7 IDs above the namespace's max_id"},
@@ -171,8 +171,16 @@ func TestReissued(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := pairLayout.reissued(c.blocks); got != c.want {
+			var rec []recorded
+			for _, b := range c.blocks {
+				rec = append(rec, recorded{Block: b})
+			}
+			got, first := pairLayout.reissued(rec)
+			if got != c.want {
 				t.Fatalf("reissued %d, want %d", got, c.want)
+			}
+			if (got > 0) != (first != "") {
+				t.Fatalf("reissued %d, first pair %q: want the pair named when there is one", got, first)
 			}
 		})
 	}
