@@ -20,7 +20,7 @@ import (
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
-// TestE2ENoWaitAfterAnOutage: SDK clients with the default options draw IDs through `ticketd serve`
+// TestE2ENoWaitAfterAnOutage: SDK clients with the default backoff draw IDs through `ticketd serve`
 // while both ticket servers are out of rotation long enough that every client's refills fail again and
 // again and its backoff grows to its longest; then they come back. On the MariaDB pair both are refused
 // (auto_increment_increment changed on both, as an operator might, and the connections cut so that
@@ -88,7 +88,7 @@ func TestE2ENoWaitAfterAnOutage(t *testing.T) {
 	})
 }
 
-// noWaitAfterAnOutage draws through td with clients of the default options, takes every ticket server
+// noWaitAfterAnOutage draws through td with clients of the default backoff, takes every ticket server
 // out with out until td has none in rotation and for 8 s more (each client must have failed at least
 // minFailures refills by then), brings them back with in, and checks that no Next waits a second from
 // the moment td has one in rotation again, and that no ID comes twice.
@@ -126,7 +126,9 @@ func noWaitAfterAnOutage(t *testing.T, td *testenv.Serve, name string, minFailur
 		cs      []*client.Client
 	)
 	for range clients {
-		c := newClient(t, client.HTTP(td.URL), name, client.WithToken(e2eNSToken))
+		// The default backoff and request timeout; callers wait as long as the test runs, so that none
+		// gives up in the moment the servers come back.
+		c := newClient(t, client.HTTP(td.URL), name, client.WithToken(e2eNSToken), client.WithMaxWait(time.Minute))
 		cs = append(cs, c)
 		wg.Go(func() {
 			add := set.adder()
