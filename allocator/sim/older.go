@@ -174,14 +174,7 @@ func oldRow(db *sql.DB, w *World, where string, args ...any) (row, bool) {
 
 // oldLease is one lease of an older process: from the preferred server, or the first that serves.
 func (w *World) oldLease(o *oldProc) {
-	prefer := ""
-	if w.rng.IntN(3) == 0 {
-		prefer = w.servers[w.rng.IntN(len(w.servers))].name
-	}
-	var size int64
-	if w.rng.IntN(2) == 0 {
-		size = 1 + w.rng.Int64N(w.ns.MaxBlockSize)
-	}
+	prefer, size := w.drawLease()
 	// The settings: the newest row of every server it reaches, read again once settingsTTL passed.
 	if o.settingsAt.IsZero() || w.now.Sub(o.settingsAt) >= settingsTTL {
 		found := false

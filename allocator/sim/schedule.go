@@ -201,19 +201,24 @@ func (w *World) someProc() (*Proc, int) {
 	return w.procs[i], i
 }
 
+// drawLease draws what a lease asks for: a server to prefer (a third of the time; "" for none) and a
+// size (half of the time; 0 for the namespace's block size).
+func (w *World) drawLease() (prefer string, size int64) {
+	if w.rng.IntN(3) == 0 {
+		prefer = w.servers[w.rng.IntN(len(w.servers))].name
+	}
+	if w.rng.IntN(2) == 0 {
+		size = 1 + w.rng.Int64N(w.ns.MaxBlockSize)
+	}
+	return prefer, size
+}
+
 func (w *World) lease(p *Proc) {
 	if p == nil {
 		return
 	}
 	for range p.rate {
-		prefer := ""
-		if w.rng.IntN(3) == 0 {
-			prefer = w.servers[w.rng.IntN(len(w.servers))].name
-		}
-		var size int64
-		if w.rng.IntN(2) == 0 {
-			size = 1 + w.rng.Int64N(w.ns.MaxBlockSize)
-		}
+		prefer, size := w.drawLease()
 		f := w.inForce(p)
 		b, err := p.store.LeaseFrom(w.ctx, namespace, size, prefer)
 		if err != nil {
