@@ -184,3 +184,80 @@ func TestGuardReadsRowsOneAtATime(t *testing.T) {
 	}
 	t.Logf("a check of the own rows allocates %v times at 100 namespaces, %v at 400; the counters of every namespace %v and %v", at100, at400, list100, list400)
 }
+
+// TestNewConnectionsReadTheRowsOncePerRun: on a private pair with 300 namespaces, ten leases from A,
+// each on a connection of its own, read no namespace's row beyond their own (A's run, identity and
+// settings are those its last check in full passed on); once A has restarted, the next connection is
+// checked in full again, every row read.
+func TestNewConnectionsReadTheRowsOncePerRun(t *testing.T) {
+	pair := testenv.PrivatePair(t)
+	var dsns []string
+	roots := map[int]*sql.DB{}
+	for i, m := range pair {
+		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
+		dsns = append(dsns, m.DSN("ticketd"))
+		db, err := sql.Open("mysql", m.DSN(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		roots[i] = db
+	}
+	p := openStore(t, dsns, func(c *Config) {
+		c.Failover.WatermarkInterval, c.Failover.ProbeInterval = time.Hour, time.Hour // no background work but the test's
+	})
+	ctx := context.Background()
+	const n = 300
+	for i := range n {
+		if _, err := p.CreateNamespace(ctx, allocator.Namespace{Name: fmt.Sprintf("ns%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func(name string) int64 {
+		t.Helper()
+		var k string
+		var v int64
+		if err := roots[0].QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// A run is told from the next only once it is older than the tolerance of its reading (2 s).
+	for status("Uptime") < 3 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	sA := p.set.All()[0]
+	sA.db.SetMaxIdleConns(0) // every lease on a connection of its own
+	nameA := p.Servers()[0]
+	leases := func(k int) {
+		t.Helper()
+		for i := range k {
+			if b, err := p.LeaseFrom(ctx, fmt.Sprintf("ns%03d", i), 10, nameA); err != nil || b.Server != nameA {
+				t.Fatalf("lease from A: %v, %v", b, err)
+			}
+		}
+	}
+	leases(1) // the first check in full of a run old enough to be told from the next
+	rows, conns := status("Rows_read"), status("Connections")
+	leases(10)
+	readRows, opened := status("Rows_read")-rows, status("Connections")-conns
+	if opened < 10 {
+		t.Fatalf("%d connections opened for 10 leases; want one each", opened)
+	}
+	if readRows >= n {
+		t.Fatalf("10 leases on new connections read %d rows of A for %d namespaces; want only their own rows (the server's run did not change)", readRows, n)
+	}
+	t.Logf("10 leases on new connections: %d rows read, %d connections", readRows, opened)
+
+	if err := pair[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pair[0].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows = status("Rows_read")
+	leases(1)
+	if readRows := status("Rows_read") - rows; readRows < n {
+		t.Fatalf("the first lease after A restarted read %d rows; want a check in full, all %d namespaces' rows", readRows, n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,9 @@ type server struct {
 	verifyMu   sync.Mutex // one verification at a time
 	verifiedAt time.Time  // when the last successful verification started
 	verifiedOK bool
+	// run is the run of the server (see incarnation) the last verification in full passed on, or one
+	// a connection's check found it still in since; nil when none is known.
+	run *incarnation
 
 	// checked holds the settings the last passed verification established: a lease takes them once and
 	// builds its statement and its blocks from them, and the statement itself requires the row to still
@@ -131,28 +135,120 @@ func (c verifyingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.s.verifySince(ctx, c.s.pair.cfg.now()); err != nil {
+	if err := c.s.verifyConnection(ctx, c.s.pair.cfg.now()); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
 	return conn, nil
 }
 
-// verifySince makes sure a verification that started after t has passed, running one if needed; t
-// and the start are read from the Store's clock. Connections opened together share one verification.
+// verifySince makes sure a verification in full that started after t has passed, running one if
+// needed; t and the start are read from the Store's clock. Connections opened together share one
+// verification.
 func (s *server) verifySince(ctx context.Context, t time.Time) error {
 	s.verifyMu.Lock()
 	defer s.verifyMu.Unlock()
 	if s.verifiedOK && s.verifiedAt.After(t) {
 		return nil
 	}
+	return s.verifyLocked(ctx)
+}
+
+// verifyConnection is the check of a new lease connection: a verification that started after t, as
+// verifySince, but one that reads the server's rows only when the server may not be the one the last
+// verification in full passed on. A server in rotation whose settings are those leases use, with the
+// same identity, still in the same run (it did not restart: see incarnation), holds rows that only
+// statements since then changed, and the lease statement's own proof and the guard's check of every
+// counter each interval cover those; a restart (a physical restore, a lost data directory, another
+// server behind the address) is checked in full before the connection is used. So a pool that opens
+// connections reads every namespace's row once per run of the server, not once per connection.
+func (s *server) verifyConnection(ctx context.Context, t time.Time) error {
+	s.verifyMu.Lock()
+	defer s.verifyMu.Unlock()
+	if s.verifiedOK && s.verifiedAt.After(t) {
+		return nil
+	}
+	if s.verifiedOK && s.run != nil && s.Usable() && !s.fence.Fenced() {
+		start := s.pair.cfg.now()
+		v, err := s.inspect(ctx)
+		if err != nil {
+			s.verifiedOK = false
+			s.MarkDown(err)
+			return err
+		}
+		if c := s.view(); c != nil && *c == v && s.pair.crossCheck(s, v, nil) == nil {
+			if run, err := s.readIncarnation(ctx); err == nil && s.run.continues(run) {
+				s.run, s.verifiedAt = &run, start
+				return nil
+			}
+		}
+	}
+	return s.verifyLocked(ctx)
+}
+
+// verifyLocked runs a verification in full; verifyMu is held.
+func (s *server) verifyLocked(ctx context.Context) error {
 	start := s.pair.cfg.now()
+	// The run is read before the checks: a restart between the two leaves the next connection's
+	// check a run that does not continue this one, and so a check in full.
+	run, runErr := s.readIncarnation(ctx)
 	err := s.verify(ctx)
 	s.verifiedAt, s.verifiedOK = start, err == nil
+	s.run = nil
 	if err != nil {
 		s.MarkDown(err)
+		return err
 	}
-	return err
+	if c := s.view(); runErr == nil && c != nil && c.identity == run.identity {
+		s.run = &run
+	}
+	return nil
+}
+
+// incarnation is what tells one run of a server (from its start to its stop) from the next, as far as
+// MySQL shows it: the server's uptime, which grows with time only while it runs, and its count of
+// connections, which only grows while it runs; with its identity, which tells another server at the
+// same address. A physical restore, a lost data directory or a replica put in a server's place all
+// need a start of the server, or another server.
+type incarnation struct {
+	identity    string
+	uptime      time.Duration // the server's Uptime, whole seconds
+	connections int64         // the server's Connections
+	at          time.Time     // when it was read, on the Store's clock
+}
+
+// readIncarnation reads the server's run.
+func (s *server) readIncarnation(ctx context.Context) (incarnation, error) {
+	ctx, cancel := s.pair.cfg.Runtime.Timeout(ctx, s.pair.cfg.AttemptTimeout)
+	defer cancel()
+	var r incarnation
+	st, err := nameValues(ctx, s.ctl, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Connections')")
+	if err != nil {
+		return r, err
+	}
+	up, err1 := strconv.ParseInt(st["uptime"], 10, 64)
+	conns, err2 := strconv.ParseInt(st["connections"], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return r, fmt.Errorf("%s: reading Uptime and Connections: %w", s.Name(), err)
+	}
+	var id int64
+	if err := s.ctl.QueryRowContext(ctx, "SELECT @@GLOBAL.server_id").Scan(&id); err != nil {
+		return r, err
+	}
+	r.identity, r.uptime, r.connections, r.at = identityOf(id), time.Duration(up)*time.Second, conns, s.pair.cfg.now()
+	return r, nil
+}
+
+// continues reports whether next was read in the same run of the same server as r. A restart since r
+// leaves an uptime no longer than the time since r; the same run has r's uptime plus that time. The
+// tolerance covers the whole seconds of Uptime, the time the readings took and the drift of the two
+// clocks (a thousandth); a run younger than it when r was read is not told from a new one, and a
+// server whose clock stepped back is taken for a new run: both are only checked in full again.
+func (r *incarnation) continues(next incarnation) bool {
+	elapsed := next.at.Sub(r.at)
+	tolerance := 2*time.Second + elapsed/1000
+	return next.identity == r.identity && elapsed >= 0 && next.connections >= r.connections &&
+		r.uptime > tolerance && next.uptime+tolerance >= r.uptime+elapsed
 }
 
 // verify runs every check a server must pass before it serves — its settings, its settings against

@@ -10,8 +10,10 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ticketd/ticketd/schema"
 )
@@ -111,7 +113,14 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 	if err := c.w.reach(c.link, c.srv); err != nil {
 		return nil, err
 	}
+	c.srv.connections++
 	return &conn{connector: c, epoch: c.srv.epoch}, nil
+}
+
+// boot starts the server anew at now: a new run, which breaks every connection.
+func (s *Server) boot(now time.Time) {
+	s.epoch++
+	s.bootAt, s.connections = now, 0
 }
 
 func (c connector) Driver() driver.Driver { return simDriver{} }
@@ -354,6 +363,10 @@ func (s *Server) query(w *World, st *stmt, a []driver.Value) (driver.Rows, error
 			v[i] = s.variable(w, n)
 		}
 		return &rows{cols: names, vals: [][]driver.Value{v}}, nil
+	case q == "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Connections')":
+		up := int64(w.now.Sub(s.bootAt) / time.Second)
+		return &rows{cols: []string{"Variable_name", "Value"}, vals: [][]driver.Value{
+			{"Uptime", strconv.FormatInt(up, 10)}, {"Connections", strconv.FormatInt(s.connections, 10)}}}, nil
 	case strings.HasPrefix(q, "SHOW GLOBAL VARIABLES"), strings.HasPrefix(q, "SHOW GLOBAL STATUS"):
 		return &rows{cols: []string{"Variable_name", "Value"}}, nil
 	case q == "SELECT @@GLOBAL.server_id":

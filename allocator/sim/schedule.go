@@ -49,6 +49,7 @@ func (w *World) schedule() {
 	n := 2 + w.rng.IntN(2)
 	for i := range n {
 		s := &Server{name: string(rune('a' + i)), step: int64(n), offset: int64(i + 1), serverID: int64(i + 1), up: true, data: newData()}
+		s.bootAt = w.now.Add(-time.Hour) // up for a while before the run
 		w.servers = append(w.servers, s)
 	}
 	maxBlock := 10 + w.rng.Int64N(91)
@@ -327,7 +328,7 @@ func (w *World) restart(s *Server) {
 		return
 	}
 	s.up, s.steadySince = true, w.now
-	s.epoch++
+	s.boot(w.now)
 	w.logf("server %s restarts", s.name)
 }
 
@@ -360,7 +361,7 @@ func (w *World) goBack(s *Server, kind string) {
 	}
 	if kind != "restore logical" {
 		s.up = true
-		s.epoch++
+		s.boot(w.now)
 	}
 	if promote {
 		w.nextID++

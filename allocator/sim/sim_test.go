@@ -40,7 +40,7 @@ func TestSimulationReplaysASeed(t *testing.T) {
 	for _, tc := range []struct {
 		seed uint64
 		off  Off
-	}{{3, Off{}}, {41, Off{}}, {105, Off{}}, {2, Off{CeilingBound: true}}, {32, Off{Floors: true}}, {28, Off{PeerMarks: true}}, {20, Off{}}, {496, Off{OlderRelease: true}}} {
+	}{{3, Off{}}, {41, Off{}}, {105, Off{}}, {2, Off{CeilingBound: true}}, {158, Off{Floors: true}}, {28, Off{PeerMarks: true}}, {20, Off{}}, {754, Off{OlderRelease: true}}} {
 		a, b := Run(tc.seed, tc.off), Run(tc.seed, tc.off)
 		if !slices.Equal(a.Trace(), b.Trace()) || a.Violation != b.Violation || !maps.Equal(a.Counts, b.Counts) {
 			t.Fatalf("seed %d%s: two runs differ:\n%s\n%v\n----\n%s\n%v", tc.seed, tc.off.flag(), a.Report(1000), a.Counts, b.Report(1000), b.Counts)

@@ -79,8 +79,12 @@ type Server struct {
 	serverID     int64 // @@server_id: a promoted replica has its own
 	up           bool
 	epoch        int // a restart breaks every connection
-	data         *data
-	snaps        []snapshot
+	// bootAt is when the server last started, and connections how many connections it took since:
+	// its Uptime and Connections.
+	bootAt      time.Time
+	connections int64
+	data        *data
+	snaps       []snapshot
 	// wentBack is when the server last went back in time (restored, lost, replaced) and was not
 	// repaired since; zero when it did not.
 	wentBack time.Time
