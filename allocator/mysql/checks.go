@@ -24,7 +24,7 @@ func readVars(ctx context.Context, db *sql.DB) (serverVars, error) {
 		return v, err
 	}
 	v.logBin, v.readOnly = logBin == 1, readOnly == 1
-	v.identity = identityOf(serverID)
+	v.identity = fmt.Sprintf("server_id %d", serverID)
 	// Galera's settings exist only on servers built with it: read them by name, which MySQL answers
 	// with no row.
 	wsrep, err := nameValues(ctx, db, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_auto_increment_control')")
@@ -35,9 +35,6 @@ func readVars(ctx context.Context, db *sql.DB) (serverVars, error) {
 	v.autoIncrementControl = strings.EqualFold(wsrep["wsrep_auto_increment_control"], "ON")
 	return v, nil
 }
-
-// identityOf is the identity of the server with the given @@server_id.
-func identityOf(serverID int64) string { return fmt.Sprintf("server_id %d", serverID) }
 
 // replication is how a server replicates, as far as ticketd can see: the Galera cluster it belongs to,
 // or the source it replicates from. It is state, not settings: a node's state and a cluster's size

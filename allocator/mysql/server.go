@@ -177,7 +177,7 @@ func (s *server) verifyConnection(ctx context.Context, t time.Time) error {
 			return err
 		}
 		if c := s.view(); c != nil && *c == v && s.pair.crossCheck(s, v, nil) == nil {
-			if run, err := s.readIncarnation(ctx); err == nil && s.run.continues(run) {
+			if run, err := s.readIncarnation(ctx, v); err == nil && s.run.continues(run) {
 				s.run, s.verifiedAt = &run, start
 				return nil
 			}
@@ -189,18 +189,11 @@ func (s *server) verifyConnection(ctx context.Context, t time.Time) error {
 // verifyLocked runs a verification in full; verifyMu is held.
 func (s *server) verifyLocked(ctx context.Context) error {
 	start := s.pair.cfg.now()
-	// The run is read before the checks: a restart between the two leaves the next connection's
-	// check a run that does not continue this one, and so a check in full.
-	run, runErr := s.readIncarnation(ctx)
-	err := s.verify(ctx)
-	s.verifiedAt, s.verifiedOK = start, err == nil
-	s.run = nil
+	run, err := s.verify(ctx)
+	s.verifiedAt, s.verifiedOK, s.run = start, err == nil, run
 	if err != nil {
 		s.MarkDown(err)
 		return err
-	}
-	if c := s.view(); runErr == nil && c != nil && c.identity == run.identity {
-		s.run = &run
 	}
 	return nil
 }
@@ -217,8 +210,8 @@ type incarnation struct {
 	at          time.Time     // when it was read, on the Store's clock
 }
 
-// readIncarnation reads the server's run.
-func (s *server) readIncarnation(ctx context.Context) (incarnation, error) {
+// readIncarnation reads the run of the server whose settings inspect read as v.
+func (s *server) readIncarnation(ctx context.Context, v serverVars) (incarnation, error) {
 	ctx, cancel := s.pair.cfg.Runtime.Timeout(ctx, s.pair.cfg.AttemptTimeout)
 	defer cancel()
 	var r incarnation
@@ -231,11 +224,7 @@ func (s *server) readIncarnation(ctx context.Context) (incarnation, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return r, fmt.Errorf("%s: reading Uptime and Connections: %w", s.Name(), err)
 	}
-	var id int64
-	if err := s.ctl.QueryRowContext(ctx, "SELECT @@GLOBAL.server_id").Scan(&id); err != nil {
-		return r, err
-	}
-	r.identity, r.uptime, r.connections, r.at = identityOf(id), time.Duration(up)*time.Second, conns, s.pair.cfg.now()
+	r.identity, r.uptime, r.connections, r.at = v.identity, time.Duration(up)*time.Second, conns, s.pair.cfg.now()
 	return r, nil
 }
 
@@ -254,21 +243,29 @@ func (r *incarnation) continues(next incarnation) bool {
 // verify runs every check a server must pass before it serves — its settings, its settings against
 // the other servers', its schema, its namespace rows, and its counters against every water mark — and
 // only when all pass makes its settings the ones leases use: the checks and the settings they
-// establish change together.
-func (s *server) verify(ctx context.Context) error {
+// establish change together. It returns the run of the server the checks passed on, nil when the
+// server did not say.
+func (s *server) verify(ctx context.Context) (*incarnation, error) {
 	v, err := s.inspect(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.pair.crossCheck(s, v, nil); err != nil {
 		s.NoteError(err)
-		return err
+		return nil, err
 	}
+	// The run is read before the rows: a restart between the two leaves the next connection's check
+	// a run that does not continue this one, and so a check in full. A server that does not say is
+	// checked in full at every new connection.
+	run, runErr := s.readIncarnation(ctx, v)
 	if err := s.checkRows(ctx, v); err != nil {
-		return err
+		return nil, err
 	}
 	s.publish(v)
-	return nil
+	if runErr != nil {
+		return nil, nil
+	}
+	return &run, nil
 }
 
 // inspect reads and checks the server's own settings, from the server's global variables (a pooled
