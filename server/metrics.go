@@ -58,23 +58,11 @@ type reqKey struct {
 }
 
 // nsCounters are one namespace's counts since the process started, and the IDs it was handed per
-// second of the last minute, for the status page: nil once a minute passed without an ID (see
-// dropIdleWindows), so that an idle namespace keeps its counters alone.
+// second of the last minute, for the status page (see lastMinute: an idle namespace keeps its counters
+// and one slot).
 type nsCounters struct {
 	ids, stalls, hedges, hedgesWon atomic.Int64
-	recent                         atomic.Pointer[idWindow]
-}
-
-// window returns the namespace's window of the last minute, made when it has none.
-func (n *nsCounters) window() *idWindow {
-	if w := n.recent.Load(); w != nil {
-		return w
-	}
-	w := &idWindow{}
-	if n.recent.CompareAndSwap(nil, w) {
-		return w
-	}
-	return n.recent.Load()
+	recent                         lastMinute
 }
 
 // nsLabel is the label that names a namespace. Not "namespace": Prometheus's Kubernetes discovery adds
@@ -184,10 +172,10 @@ func (m *Metrics) recentLatency() map[string]latencySummary {
 func (m *Metrics) recentIDs(now time.Time) map[string][windowSeconds]int64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make(map[string][windowSeconds]int64, len(m.idsChild))
+	out := map[string][windowSeconds]int64{}
 	for name, n := range m.idsChild {
-		if w := n.recent.Load(); w != nil {
-			out[name] = w.last(now)
+		if counts, ok := n.recent.last(now); ok {
+			out[name] = counts
 		}
 	}
 	return out
@@ -204,9 +192,7 @@ func (m *Metrics) dropIdleWindows(now time.Time) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, n := range m.idsChild {
-		if w := n.recent.Load(); w != nil && w.idleAt(now) {
-			n.recent.CompareAndSwap(w, nil)
-		}
+		n.recent.dropIdle(now)
 	}
 }
 
@@ -255,7 +241,7 @@ func (m *Metrics) namespace(name string) *nsCounters {
 func (m *Metrics) observeIssued(namespace string, size int64, cached bool, now time.Time) {
 	n := m.namespace(namespace)
 	n.ids.Add(size)
-	n.window().add(now, size)
+	n.recent.add(now, size)
 	if cached {
 		m.blocksCached.Inc()
 	} else {
