@@ -170,15 +170,37 @@ func (m *Metrics) recentLatency() map[string]latencySummary {
 
 // recentIDs returns, per namespace, the IDs handed out in each second of the last minute.
 func (m *Metrics) recentIDs(now time.Time) map[string][windowSeconds]int64 {
+	out := map[string][windowSeconds]int64{}
+	for _, name := range m.recentNames(now) {
+		out[name], _ = m.recent(name, now)
+	}
+	return out
+}
+
+// recentNames returns the namespaces handed IDs in the last minute (and those whose window is not
+// dropped yet).
+func (m *Metrics) recentNames(now time.Time) []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := map[string][windowSeconds]int64{}
+	var out []string
 	for name, n := range m.idsChild {
-		if counts, ok := n.recent.last(now); ok {
-			out[name] = counts
+		if _, ok := n.recent.last(now); ok {
+			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// recent returns the IDs handed out from the namespace in each second of the last minute, and false
+// when it was handed none.
+func (m *Metrics) recent(name string, now time.Time) ([windowSeconds]int64, bool) {
+	m.mu.RLock()
+	n := m.idsChild[name]
+	m.mu.RUnlock()
+	if n == nil {
+		return [windowSeconds]int64{}, false
+	}
+	return n.recent.last(now)
 }
 
 // dropIdleWindows drops, at most once a minute, the windows of the namespaces handed no ID in the
