@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,7 +253,7 @@ func (m *Metrics) namespace(name string) *nsCounters {
 		m.mu.Lock()
 		if n, ok = m.idsChild[name]; !ok {
 			n = &nsCounters{}
-			m.idsChild[name] = n
+			m.idsChild[strings.Clone(name)] = n // the name alone, not the request path it may be part of
 		}
 		m.mu.Unlock()
 	}
