@@ -895,15 +895,32 @@ type spaceStats struct {
 
 func (c *segmentCache) stats() []spaceStats {
 	c.sweep()
-	views := c.views()
-	out := make([]spaceStats, 0, len(views))
-	for _, v := range views {
-		st := spaceStats{Namespace: v.Namespace, SegmentSize: v.NextSize, Remaining: v.Remaining}
-		for _, seg := range v.Segments {
-			if !seg.Stale && seg.Remaining > 0 {
-				st.Segments++
+	c.mu.RLock()
+	spaces := make([]*space, 0, len(c.spaces))
+	for _, sp := range c.spaces {
+		spaces = append(spaces, sp)
+	}
+	c.mu.RUnlock()
+	now := c.now()
+	out := make([]spaceStats, 0, len(spaces))
+	for _, sp := range spaces {
+		st := spaceStats{Namespace: sp.name, SegmentSize: sp.size.Load()}
+		count := func(seg *segment) {
+			if seg.fresh(now) {
+				st.Remaining += seg.remaining()
+				if seg.remaining() > 0 {
+					st.Segments++
+				}
 			}
 		}
+		if cur := sp.cur.Load(); cur != nil {
+			count(cur)
+		}
+		sp.mu.Lock()
+		for _, n := range sp.ahead {
+			count(n)
+		}
+		sp.mu.Unlock()
 		out = append(out, st)
 	}
 	return out
