@@ -199,6 +199,16 @@ type space struct {
 	lastDirect string      // the server of the last direct lease (see leaseDirect)
 }
 
+// dropFirst returns list without its first segment; nil, not an empty piece of the array, when none
+// is left: an idle namespace keeps no array.
+func dropFirst(list []*segment) []*segment {
+	list[0] = nil
+	if len(list) == 1 {
+		return nil
+	}
+	return list[1:]
+}
+
 // fetchCall is one backend call; waiters read err once done is closed.
 type fetchCall struct {
 	done    chan struct{}
@@ -482,8 +492,7 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	}
 	for len(sp.ahead) > 0 {
 		n := sp.ahead[0]
-		sp.ahead[0] = nil
-		sp.ahead = sp.ahead[1:]
+		sp.ahead = dropFirst(sp.ahead)
 		sp.hintLocked()
 		if n.fresh(now) {
 			n.activated = now.UnixNano()
@@ -671,7 +680,9 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		sp.lastErr = err
 		sp.retryAt.Store(c.now().Add(fetchBackoff.Wait(sp.failures)).UnixNano())
 	}
-	sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call })
+	if sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call }); len(sp.calls) == 0 {
+		sp.calls = nil // an idle namespace keeps no array
+	}
 	if call.segment && !call.spare {
 		sp.coming--
 	}
@@ -702,8 +713,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 				sp.lastLifetime, sp.haveLifetime, sp.retired = cur.servedFor(now), true, true
 			}
 			next := sp.ahead[0] // the oldest first
-			sp.ahead[0] = nil
-			sp.ahead = sp.ahead[1:]
+			sp.ahead = dropFirst(sp.ahead)
 			next.activated = now.UnixNano()
 			sp.cur.Store(next)
 		}
