@@ -312,19 +312,16 @@ func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocato
 	}
 	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	latest := map[string]R{}
+	latest := make(map[string]R, set.knownCount())
 	answered := 0
 	var errs []error
 	for _, s := range set.readable(ctx) {
-		recs, err := s.ReadRecords(ctx)
-		if err != nil {
+		// A server that fails part way leaves the rows it sent merged: each is a copy it held.
+		if err := eachRecord(ctx, s, func(r R) { KeepLatest(latest, r) }); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 			continue
 		}
 		answered++
-		for _, r := range recs {
-			KeepLatest(latest, r)
-		}
 	}
 	if answered == 0 {
 		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, set.why(errs))
@@ -426,16 +423,11 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 // renews every cached copy as read at now (merged with what this process knows, as Latest does). When
 // no server answers, the cached copies stay as they are, expired: the next lease asks again.
 func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
-	latest := map[string]R{}
+	latest := make(map[string]R, set.knownCount())
 	answered := 0
 	for _, s := range set.readable(ctx) {
-		recs, err := s.ReadRecords(ctx)
-		if err != nil {
-			continue
-		}
-		answered++
-		for _, r := range recs {
-			KeepLatest(latest, r)
+		if eachRecord(ctx, s, func(r R) { KeepLatest(latest, r) }) == nil {
+			answered++
 		}
 	}
 	if answered == 0 {
@@ -505,6 +497,13 @@ func (set *Set[S, R]) rememberLocked(r R) R {
 	e.rec = r
 	set.settings[name] = e
 	return r
+}
+
+// knownCount is how many namespaces this process knows the settings of: the size of a listing.
+func (set *Set[S, R]) knownCount() int {
+	set.settingsMu.Lock()
+	defer set.settingsMu.Unlock()
+	return len(set.settings)
 }
 
 // Known returns the newest copy of every namespace's settings this process has read or written, for a
