@@ -177,7 +177,7 @@ func BenchmarkServe(b *testing.B) {
 // counterTotal sums a counter's series.
 func counterTotal(t testing.TB, m *Metrics, name string) float64 {
 	t.Helper()
-	mfs, err := m.reg.Gather()
+	mfs, err := m.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,11 +192,21 @@ type space struct {
 	retired      bool          // a segment has been used up or dropped
 	haveLifetime bool          // lastLifetime is new: the next segment's size has not followed it yet
 	latency      time.Duration // of segment leases: the moving average, or the last when slower
-	landed       chan struct{} // closed, and replaced, whenever a segment lease lands
-	answers      hedge.Delay   // latencies of the segment leases that landed before their hedge or original
-	lastDirect   string        // the server of the last direct lease (see leaseDirect)
-	hedgesSent   int64
-	hedgesWon    int64
+	// landed is closed when a segment lease lands, and then nil: made by the first request that waits
+	// for one, so that a namespace nobody waits on keeps no channel.
+	landed     chan struct{}
+	answers    hedge.Delay // latencies of the segment leases that landed before their hedge or original
+	lastDirect string      // the server of the last direct lease (see leaseDirect)
+}
+
+// dropFirst returns list without its first segment; nil, not an empty piece of the array, when none
+// is left: an idle namespace keeps no array.
+func dropFirst(list []*segment) []*segment {
+	list[0] = nil
+	if len(list) == 1 {
+		return nil
+	}
+	return list[1:]
 }
 
 // fetchCall is one backend call; waiters read err once done is closed.
@@ -221,8 +232,8 @@ type segment struct {
 	blk       allocator.Block
 	taken     atomic.Int64 // IDs handed out (may pass blk.Size: the carve that did failed)
 	threshold int64        // taken at which the next segment is fetched
-	staleAt   time.Time    // zero: never; from then on no block is carved from it
-	activated time.Time    // when it became current; under space.mu
+	staleAt   int64        // unix nanoseconds; 0: never; from then on no block is carved from it
+	activated int64        // unix nanoseconds when it became current; under space.mu
 }
 
 // take carves n IDs, or reports that the segment cannot hold them (it is then used up).
@@ -246,7 +257,12 @@ func (s *segment) takeUpTo(n int64, short bool) (allocator.Block, bool) {
 	}
 }
 
-func (s *segment) fresh(now time.Time) bool { return s.staleAt.IsZero() || now.Before(s.staleAt) }
+func (s *segment) fresh(now time.Time) bool { return s.staleAt == 0 || now.UnixNano() < s.staleAt }
+
+// servedFor is how long the segment has been current at now.
+func (s *segment) servedFor(now time.Time) time.Duration {
+	return max(0, time.Duration(now.UnixNano()-s.activated))
+}
 
 func (s *segment) remaining() int64 { return max(0, s.blk.Size-s.taken.Load()) }
 
@@ -262,10 +278,10 @@ func (c *segmentCache) space(name string) *space {
 	if sp = c.spaces[name]; sp == nil {
 		now := c.now()
 		c.sweepLocked(now)
-		sp = &space{name: name, c: c, depth: 1, landed: make(chan struct{})}
+		sp = &space{name: strings.Clone(name), c: c, depth: 1} // the name alone, not the request it came in
 		sp.room.Store(true)
 		sp.usedAt.Store(now.UnixNano())
-		c.spaces[name] = sp
+		c.spaces[sp.name] = sp
 	}
 	return sp
 }
@@ -471,16 +487,15 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	// A namespace's first segment is no stall: no prefetch could have come before it.
 	cold := seen == nil && !sp.retired
 	if seen != nil {
-		sp.lastLifetime, sp.haveLifetime, sp.retired = now.Sub(seen.activated), true, true
+		sp.lastLifetime, sp.haveLifetime, sp.retired = seen.servedFor(now), true, true
 		sp.cur.Store(nil)
 	}
 	for len(sp.ahead) > 0 {
 		n := sp.ahead[0]
-		sp.ahead[0] = nil
-		sp.ahead = sp.ahead[1:]
+		sp.ahead = dropFirst(sp.ahead)
 		sp.hintLocked()
 		if n.fresh(now) {
-			n.activated = now
+			n.activated = now.UnixNano()
 			sp.cur.Store(n)
 			sp.topUpLocked(now, reqID)
 			sp.mu.Unlock()
@@ -490,6 +505,9 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 	}
 	sp.topUpLocked(now, reqID) // unless enough segments are coming (a spare whose partner landed is not)
 	call, err := sp.joinLocked(true, reqID)
+	if sp.landed == nil {
+		sp.landed = make(chan struct{})
+	}
 	landed := sp.landed
 	sp.mu.Unlock()
 	if err != nil {
@@ -662,7 +680,9 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		sp.lastErr = err
 		sp.retryAt.Store(c.now().Add(fetchBackoff.Wait(sp.failures)).UnixNano())
 	}
-	sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call })
+	if sp.calls = slices.DeleteFunc(sp.calls, func(x *fetchCall) bool { return x == call }); len(sp.calls) == 0 {
+		sp.calls = nil // an idle namespace keeps no array
+	}
 	if call.segment && !call.spare {
 		sp.coming--
 	}
@@ -673,7 +693,6 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 		if p := call.partner; p == nil || !p.landed {
 			sp.answers.Observe(start, took) // the first of a hedged pair: the other's latency is the hung path's
 			if call.hedge {
-				sp.hedgesWon++
 				c.metrics.observeHedge(sp.name, true)
 			}
 			if p != nil && !p.finished {
@@ -683,18 +702,19 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 				sp.coming--
 			}
 		}
-		close(sp.landed)
-		sp.landed = make(chan struct{})
+		if sp.landed != nil {
+			close(sp.landed)
+			sp.landed = nil
+		}
 		sp.ahead = append(sp.ahead, seg)
 		if cur := sp.cur.Load(); cur == nil || !cur.fresh(c.now()) || cur.remaining() == 0 {
 			now := c.now()
 			if cur != nil {
-				sp.lastLifetime, sp.haveLifetime, sp.retired = now.Sub(cur.activated), true, true
+				sp.lastLifetime, sp.haveLifetime, sp.retired = cur.servedFor(now), true, true
 			}
 			next := sp.ahead[0] // the oldest first
-			sp.ahead[0] = nil
-			sp.ahead = sp.ahead[1:]
-			next.activated = now
+			sp.ahead = dropFirst(sp.ahead)
+			next.activated = now.UnixNano()
 			sp.cur.Store(next)
 		}
 		sp.depth = sp.depthLocked(*st, seg.blk.Size)
@@ -727,7 +747,6 @@ func (sp *space) armHedgeLocked(call *fetchCall, reqID string) {
 			return
 		}
 		call.partner = h
-		sp.hedgesSent++
 		c.metrics.observeHedge(sp.name, false)
 	}).Stop
 }
@@ -741,11 +760,11 @@ func (sp *space) noteOutcomeLocked(asked string, blk allocator.Block, err error)
 	}
 }
 
-// hedges returns how many hedges were sent, and how many of them landed first.
+// hedges returns how many hedges of the namespace's leases were sent, and how many of them landed
+// first (the namespace's counters, see Metrics).
 func (sp *space) hedges() (sent, won int64) {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	return sp.hedgesSent, sp.hedgesWon
+	n := sp.c.metrics.namespace(sp.name)
+	return n.hedges.Load(), n.hedgesWon.Load()
 }
 
 // noteLatencyLocked records how long a segment lease took: the moving average, or the last when it was
@@ -866,7 +885,7 @@ func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size 
 	if st.LeaseTTL > 0 && !blk.ExpiresAt.IsZero() {
 		// Every block carved from it keeps its expiry; serving only in the first half of the TTL leaves
 		// each client at least half the TTL to use its block.
-		seg.staleAt = blk.ExpiresAt.Add(-st.LeaseTTL / 2)
+		seg.staleAt = blk.ExpiresAt.Add(-st.LeaseTTL / 2).UnixNano()
 		if !seg.fresh(c.now()) {
 			// Serving it would hand out blocks about to expire, and leasing again would loop.
 			return nil, fmt.Errorf("%w: %s leased a segment of %q that expires at %s, within half its TTL; check the clocks",
@@ -886,15 +905,32 @@ type spaceStats struct {
 
 func (c *segmentCache) stats() []spaceStats {
 	c.sweep()
-	views := c.views()
-	out := make([]spaceStats, 0, len(views))
-	for _, v := range views {
-		st := spaceStats{Namespace: v.Namespace, SegmentSize: v.NextSize, Remaining: v.Remaining}
-		for _, seg := range v.Segments {
-			if !seg.Stale && seg.Remaining > 0 {
-				st.Segments++
+	c.mu.RLock()
+	spaces := make([]*space, 0, len(c.spaces))
+	for _, sp := range c.spaces {
+		spaces = append(spaces, sp)
+	}
+	c.mu.RUnlock()
+	now := c.now()
+	out := make([]spaceStats, 0, len(spaces))
+	for _, sp := range spaces {
+		st := spaceStats{Namespace: sp.name, SegmentSize: sp.size.Load()}
+		count := func(seg *segment) {
+			if seg.fresh(now) {
+				st.Remaining += seg.remaining()
+				if seg.remaining() > 0 {
+					st.Segments++
+				}
 			}
 		}
+		if cur := sp.cur.Load(); cur != nil {
+			count(cur)
+		}
+		sp.mu.Lock()
+		for _, n := range sp.ahead {
+			count(n)
+		}
+		sp.mu.Unlock()
 		out = append(out, st)
 	}
 	return out
@@ -926,7 +962,10 @@ type spaceView struct {
 
 func viewOf(role string, seg *segment, now time.Time) segmentView {
 	v := segmentView{Role: role, Block: seg.blk, Taken: min(seg.taken.Load(), seg.blk.Size), Remaining: seg.remaining(),
-		StaleAt: seg.staleAt, Stale: !seg.fresh(now)}
+		Stale: !seg.fresh(now)}
+	if seg.staleAt != 0 {
+		v.StaleAt = time.Unix(0, seg.staleAt)
+	}
 	v.Last, _ = seg.blk.Last()
 	if v.Remaining > 0 {
 		v.NextID, _ = seg.blk.ID(v.Taken)

@@ -53,7 +53,6 @@ func (c *segmentCache) leaseDirect(ctx context.Context, sp *space, size int64) (
 				sp.lastDirect = a.blk.Server
 				sp.answers.Observe(a.start, a.took)
 				if a.hedge {
-					sp.hedgesWon++
 					c.metrics.observeHedge(sp.name, true)
 				}
 			}
@@ -77,9 +76,6 @@ func (c *segmentCache) leaseDirect(ctx context.Context, sp *space, size int64) (
 				continue
 			}
 			open++
-			sp.mu.Lock()
-			sp.hedgesSent++
-			sp.mu.Unlock()
 			c.metrics.observeHedge(sp.name, false)
 		case <-ctx.Done():
 			return allocator.Block{}, ctx.Err()

@@ -25,8 +25,9 @@ const headroomEvery = 10 * time.Second
 const warnBefore = 30 * 24 * time.Hour
 
 // headroomSamples bounds the samples a namespace keeps for its forecast: past it, every other sample
-// between the oldest and the newest is dropped, so the oldest still spans the window while an idle
-// namespace's memory stays small however often it is read.
+// between the oldest and the newest is dropped, so the oldest still spans the window while a
+// namespace's memory stays small however often it is read. A namespace with nothing issued between
+// samples keeps two: a run of samples with the same IDs left keeps its first and its last.
 const headroomSamples = 16
 
 // headroom remembers, per namespace, how many IDs were left below its ceiling when this server read its
@@ -37,7 +38,7 @@ const headroomSamples = 16
 // concurrent use.
 type headroom struct {
 	mu     sync.Mutex
-	series map[string]*headroomSeries
+	series map[string]headroomSeries
 	// serverSets holds one copy of each list of servers counted (headroomSeries.servers): every
 	// namespace of a pair counts the same two.
 	serverSets map[string]string
@@ -52,7 +53,8 @@ type headroom struct {
 
 // headroomSeries is one namespace's samples, taken under one ceiling over one set of servers, and the
 // counter each server was last read at. It is kept for every namespace the backend lists, so it is
-// small: at most headroomSamples+1 samples of 16 bytes, and a counter per server.
+// small: at most headroomSamples+1 samples of 16 bytes (two while nothing is issued), and a counter
+// per server.
 type headroomSeries struct {
 	maxID   int64
 	servers string // the servers the samples count, sorted and joined (shared, see serverSets)
@@ -138,13 +140,19 @@ func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.series == nil {
-		h.series = map[string]*headroomSeries{}
+		h.series = map[string]headroomSeries{}
 	}
-	sr := h.series[ns.Name]
-	if sr == nil {
-		sr = &headroomSeries{}
-		h.series[ns.Name] = sr
+	sr, ok := h.series[ns.Name]
+	if !ok {
+		sr.seen = make([]seenCounter, 0, len(ns.Servers))
 	}
+	f := h.forecast(&sr, ns, d, now)
+	h.series[ns.Name] = sr
+	return f
+}
+
+// forecast records ns's headroom read at now in sr, and returns the forecast; d is ns with defaults.
+func (h *headroom) forecast(sr *headroomSeries, ns, d allocator.Namespace, now time.Time) forecast {
 	var f forecast
 	counted := make([]string, 0, 4) // on the stack for up to four servers
 	count := func(name string, c seenCounter) {
@@ -188,12 +196,16 @@ func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
 		sr.maxID, sr.servers, sr.samples = d.MaxID, h.serverSet(strings.Join(counted, ",")), sr.samples[:0]
 	}
 	list := sr.samples
+	start := at - int64(headroomWindow)
 	cut := 0
-	for cut < len(list)-1 && at-list[cut+1].at >= int64(headroomWindow) {
+	for cut < len(list)-1 && list[cut+1].at <= start {
 		cut++ // keep one sample at or past the window's start, so the rate spans the whole hour
 	}
 	if cut > 0 {
 		list = list[:copy(list, list[cut:])] // in place: the array is reused
+	}
+	if len(list) > 1 && list[0].at < start && list[1].left == list[0].left {
+		list[0].at = start // as many were left at the window's start: the run of the first two spans it
 	}
 	if n := len(list); n > 0 && f.Left > list[n-1].left {
 		list = list[:0] // more left than before (a start or counter never goes back): start again
@@ -202,11 +214,12 @@ func (h *headroom) observe(ns allocator.Namespace, now time.Time) forecast {
 	if len(list) > 0 {
 		oldest = list[0]
 	}
-	if n := len(list); n == 0 || at-list[n-1].at >= int64(headroomEvery) {
-		if list == nil {
-			list = make([]headroomSample, 0, headroomSamples+1)
-		}
-		list = append(list, headroomSample{at: at, left: f.Left})
+	switch n := len(list); {
+	case n > 0 && at-list[n-1].at < int64(headroomEvery):
+	case n > 1 && list[n-1].left == f.Left && list[n-2].left == f.Left:
+		list[n-1].at = at // a run with as many left: its first and its last say all of it
+	default:
+		list = appendSample(list, headroomSample{at: at, left: f.Left})
 	}
 	if len(list) > headroomSamples {
 		list = thin(list)
@@ -232,6 +245,17 @@ func (h *headroom) serverSet(s string) string {
 	}
 	h.serverSets[s] = s
 	return s
+}
+
+// appendSample appends x to list, growing its array by doubling up to headroomSamples+1, the most it
+// holds: a namespace with few samples keeps a small one.
+func appendSample(list []headroomSample, x headroomSample) []headroomSample {
+	if len(list) == cap(list) {
+		grown := make([]headroomSample, len(list), min(max(2*cap(list), 2), headroomSamples+1))
+		copy(grown, list)
+		list = grown
+	}
+	return append(list, x)
 }
 
 // thin drops every other sample between the oldest and the newest, in place.

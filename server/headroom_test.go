@@ -234,3 +234,29 @@ func TestHeadroomReadingAllocatesNothing(t *testing.T) {
 		t.Errorf("the servers counted: %q and %q, not one shared list", a, b)
 	}
 }
+
+// TestHeadroomOfAnIdleNamespace: a namespace read every 10 s with nothing issued keeps two samples, the
+// first and the last of the run, however long; its rate is that of the last hour, from as many left
+// at the hour's start, also once IDs are issued again.
+func TestHeadroomOfAnIdleNamespace(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	ns := func(next int64) allocator.Namespace {
+		return allocator.Namespace{Name: "idle", Start: 1, MaxID: 100_000_000, Servers: []allocator.ServerState{{Server: "a", Next: next, Step: 1}}}
+	}
+	var h headroom
+	now := t0
+	for range 3 * 360 { // three hours of readings, nothing issued
+		now = now.Add(headroomEvery)
+		if f := h.observe(ns(1_000), now); f.PerSecond != 0 || !f.Known {
+			t.Fatalf("idle: %+v", f)
+		}
+	}
+	if sr := h.series["idle"]; len(sr.samples) != 2 || cap(sr.samples) != 2 {
+		t.Fatalf("an idle namespace keeps %d samples in an array of %d, want 2 in 2", len(sr.samples), cap(sr.samples))
+	}
+	// 3,600 IDs in the next 30 minutes: the rate over the last hour is one a second, half of the hour idle.
+	now = now.Add(30 * time.Minute)
+	if f := h.observe(ns(1_000+3_600), now); f.PerSecond != 1 {
+		t.Fatalf("after 3,600 IDs in the last hour: %v per second, want 1", f.PerSecond)
+	}
+}

@@ -2,7 +2,9 @@ package server
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/version"
@@ -19,9 +22,15 @@ import (
 // to give the backend (mysql.Config.Observer), so that lease latency is recorded per ticket server.
 // Safe for concurrent use; one Metrics serves one Server.
 type Metrics struct {
-	reg         *prometheus.Registry
-	handlerOnce sync.Once
-	handler     http.Handler
+	reg *prometheus.Registry
+	// perNamespace holds the collectors of the series of each namespace (see nsCollector and
+	// remainingCollector): the handler writes those series itself (see serveMetrics).
+	perNamespace *prometheus.Registry
+	headroom     func() scrapeHeadroom // the IDs left below each namespace's ceiling; nil until a Server has it
+	handlerOnce  sync.Once
+	handler      http.Handler
+	fallback     http.Handler  // for a scraper that does not take the text format
+	scrapes      chan struct{} // one token per scrape served at once
 
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
@@ -58,23 +67,11 @@ type reqKey struct {
 }
 
 // nsCounters are one namespace's counts since the process started, and the IDs it was handed per
-// second of the last minute, for the status page: nil once a minute passed without an ID (see
-// dropIdleWindows), so that an idle namespace keeps its counters alone.
+// second of the last minute, for the status page (see lastMinute: an idle namespace keeps its counters
+// and one slot).
 type nsCounters struct {
 	ids, stalls, hedges, hedgesWon atomic.Int64
-	recent                         atomic.Pointer[idWindow]
-}
-
-// window returns the namespace's window of the last minute, made when it has none.
-func (n *nsCounters) window() *idWindow {
-	if w := n.recent.Load(); w != nil {
-		return w
-	}
-	w := &idWindow{}
-	if n.recent.CompareAndSwap(nil, w) {
-		return w
-	}
-	return n.recent.Load()
+	recent                         lastMinute
 }
 
 // nsLabel is the label that names a namespace. Not "namespace": Prometheus's Kubernetes discovery adds
@@ -90,7 +87,7 @@ var _ allocator.Observer = (*Metrics)(nil)
 // NewMetrics returns the metrics, with Go runtime and process collectors registered.
 func NewMetrics() *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg: prometheus.NewRegistry(), perNamespace: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ticketd_http_requests_total", Help: "HTTP requests by route, method and status.",
 		}, []string{"route", "method", "status"}),
@@ -126,22 +123,43 @@ func NewMetrics() *Metrics {
 	}
 	m.blocksCached, m.blocksDirect = m.blocks.WithLabelValues("cache"), m.blocks.WithLabelValues("backend")
 	m.fetchesOK, m.fetchesFailed = m.fetches.WithLabelValues("ok"), m.fetches.WithLabelValues("error")
-	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.failovers, m.authFailures, m.authRefused, m.blocks, m.fetches, newNSCollector(m),
+	m.reg.MustRegister(m.requests, m.duration, m.leaseSeconds, m.failovers, m.authFailures, m.authRefused, m.blocks, m.fetches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	m.perNamespace.MustRegister(newNSCollector(m))
 	return m
 }
 
-// Registry is where the metrics live; register more collectors here.
+// Registry is where the metrics live, but for the series of each namespace (Gather and Handler
+// serve those too); register more collectors here.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the metrics in the Prometheus text format.
+// Gather returns every metric family, the series of each namespace included.
+func (m *Metrics) Gather() ([]*dto.MetricFamily, error) {
+	return prometheus.Gatherers{m.reg, m.perNamespace}.Gather()
+}
+
+// Handler serves the metrics: in the Prometheus text format, the series of each namespace written
+// straight from their counts (see serveMetrics); to a scraper that asks for another format, through
+// Gather.
 func (m *Metrics) Handler() http.Handler {
 	m.handlerOnce.Do(func() {
 		// Each scrape reads every namespace's state; a few at once are enough for any scraper, and
 		// more are answered 503 at once instead of piling up.
-		m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapesInFlight})
+		m.scrapes = make(chan struct{}, maxScrapesInFlight)
+		m.fallback = promhttp.HandlerFor(prometheus.GathererFunc(m.Gather), promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapesInFlight})
+		m.handler = http.HandlerFunc(m.serveMetrics)
 	})
 	return m.handler
+}
+
+// countHeadroom makes the IDs left below each namespace's ceiling, as headroom reads them, a series of
+// each namespace (ticketd_namespace_ids_remaining). Once per Metrics: one Metrics serves one Server.
+func (m *Metrics) countHeadroom(headroom func() scrapeHeadroom) error {
+	if err := m.perNamespace.Register(&remainingCollector{headroom: headroom}); err != nil {
+		return err
+	}
+	m.headroom = headroom
+	return nil
 }
 
 // maxScrapesInFlight bounds the scrapes served at once.
@@ -182,15 +200,37 @@ func (m *Metrics) recentLatency() map[string]latencySummary {
 
 // recentIDs returns, per namespace, the IDs handed out in each second of the last minute.
 func (m *Metrics) recentIDs(now time.Time) map[string][windowSeconds]int64 {
+	out := map[string][windowSeconds]int64{}
+	for _, name := range m.recentNames(now) {
+		out[name], _ = m.recent(name, now)
+	}
+	return out
+}
+
+// recentNames returns the namespaces handed IDs in the last minute (and those whose window is not
+// dropped yet).
+func (m *Metrics) recentNames(now time.Time) []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make(map[string][windowSeconds]int64, len(m.idsChild))
+	var out []string
 	for name, n := range m.idsChild {
-		if w := n.recent.Load(); w != nil {
-			out[name] = w.last(now)
+		if _, ok := n.recent.last(now); ok {
+			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// recent returns the IDs handed out from the namespace in each second of the last minute, and false
+// when it was handed none.
+func (m *Metrics) recent(name string, now time.Time) ([windowSeconds]int64, bool) {
+	m.mu.RLock()
+	n := m.idsChild[name]
+	m.mu.RUnlock()
+	if n == nil {
+		return [windowSeconds]int64{}, false
+	}
+	return n.recent.last(now)
 }
 
 // dropIdleWindows drops, at most once a minute, the windows of the namespaces handed no ID in the
@@ -204,9 +244,7 @@ func (m *Metrics) dropIdleWindows(now time.Time) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, n := range m.idsChild {
-		if w := n.recent.Load(); w != nil && w.idleAt(now) {
-			n.recent.CompareAndSwap(w, nil)
-		}
+		n.recent.dropIdle(now)
 	}
 }
 
@@ -244,7 +282,7 @@ func (m *Metrics) namespace(name string) *nsCounters {
 		m.mu.Lock()
 		if n, ok = m.idsChild[name]; !ok {
 			n = &nsCounters{}
-			m.idsChild[name] = n
+			m.idsChild[strings.Clone(name)] = n // the name alone, not the request path it may be part of
 		}
 		m.mu.Unlock()
 	}
@@ -255,7 +293,7 @@ func (m *Metrics) namespace(name string) *nsCounters {
 func (m *Metrics) observeIssued(namespace string, size int64, cached bool, now time.Time) {
 	n := m.namespace(namespace)
 	n.ids.Add(size)
-	n.window().add(now, size)
+	n.recent.add(now, size)
 	if cached {
 		m.blocksCached.Inc()
 	} else {
@@ -293,16 +331,41 @@ type nsCollector struct {
 	ids, stalls, hedges, hedgesWon *prometheus.Desc
 }
 
+// The series of each namespace: their names and help.
+const (
+	idsName, idsHelp             = "ticketd_ids_issued_total", "IDs handed to clients, by namespace."
+	stallsName, stallsHelp       = "ticketd_cache_stalls_total", "Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late)."
+	hedgesName, hedgesHelp       = "ticketd_cache_hedges_total", "Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace."
+	hedgesWonName, hedgesWonHelp = "ticketd_cache_hedges_won_total", "Hedged segment leases whose second lease brought a segment first, by namespace."
+	remainingName                = "ticketd_namespace_ids_remaining"
+	remainingHelp                = "IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers; a server that cannot be read counts at the counter it was last read at (see ticketd_headroom_stale)."
+)
+
 func newNSCollector(m *Metrics) *nsCollector {
 	return &nsCollector{m: m,
-		ids: prometheus.NewDesc("ticketd_ids_issued_total", "IDs handed to clients, by namespace.", []string{nsLabel}, nil),
-		stalls: prometheus.NewDesc("ticketd_cache_stalls_total",
-			"Requests that found the namespace's cache empty and waited for a backend call (the prefetch came too late).", []string{nsLabel}, nil),
-		hedges: prometheus.NewDesc("ticketd_cache_hedges_total",
-			"Segment leases not answered within the hedge delay that sent a second lease to another ticket server, by namespace.", []string{nsLabel}, nil),
-		hedgesWon: prometheus.NewDesc("ticketd_cache_hedges_won_total",
-			"Hedged segment leases whose second lease brought a segment first, by namespace.", []string{nsLabel}, nil),
+		ids:       prometheus.NewDesc(idsName, idsHelp, []string{nsLabel}, nil),
+		stalls:    prometheus.NewDesc(stallsName, stallsHelp, []string{nsLabel}, nil),
+		hedges:    prometheus.NewDesc(hedgesName, hedgesHelp, []string{nsLabel}, nil),
+		hedgesWon: prometheus.NewDesc(hedgesWonName, hedgesWonHelp, []string{nsLabel}, nil),
 	}
+}
+
+// nsCount is a namespace's counts, as a scrape reads them.
+type nsCount struct {
+	name string
+	n    *nsCounters
+}
+
+// namespaceCounts returns every namespace's counts, sorted by name.
+func (m *Metrics) namespaceCounts() []nsCount {
+	m.mu.RLock()
+	out := make([]nsCount, 0, len(m.idsChild))
+	for name, n := range m.idsChild {
+		out = append(out, nsCount{name, n})
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b nsCount) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 func (c *nsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -312,24 +375,31 @@ func (c *nsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *nsCollector) Collect(ch chan<- prometheus.Metric) {
-	c.m.mu.RLock()
-	names := make([]string, 0, len(c.m.idsChild))
-	counts := make([]*nsCounters, 0, len(c.m.idsChild))
-	for name, n := range c.m.idsChild {
-		names, counts = append(names, name), append(counts, n)
-	}
-	c.m.mu.RUnlock()
-	counter := func(d *prometheus.Desc, v int64, always bool, labels ...string) {
-		if v != 0 || always {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		if v != 0 {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 		}
 	}
-	for i, name := range names {
-		n := counts[i]
-		counter(c.ids, n.ids.Load(), false, name)
-		counter(c.stalls, n.stalls.Load(), false, name)
-		counter(c.hedges, n.hedges.Load(), false, name)
-		counter(c.hedgesWon, n.hedgesWon.Load(), false, name)
+	for _, c2 := range c.m.namespaceCounts() {
+		counter(c.ids, c2.n.ids.Load(), c2.name)
+		counter(c.stalls, c2.n.stalls.Load(), c2.name)
+		counter(c.hedges, c2.n.hedges.Load(), c2.name)
+		counter(c.hedgesWon, c2.n.hedgesWon.Load(), c2.name)
+	}
+}
+
+// remainingCollector reports each namespace's headroom (ticketd_namespace_ids_remaining).
+type remainingCollector struct {
+	headroom func() scrapeHeadroom
+}
+
+var remainingDesc = prometheus.NewDesc(remainingName, remainingHelp, []string{nsLabel}, nil)
+
+func (rc *remainingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- remainingDesc }
+
+func (rc *remainingCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, left := range rc.headroom().left {
+		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(left), name)
 	}
 }
 
@@ -342,28 +412,25 @@ func (m *Metrics) observeAuthFailure(refused bool) {
 	}
 }
 
-// stateCollector reports, at each scrape, ticket server health, the cache's segments and each
-// namespace's headroom (one backend read of every namespace's counters per scrape).
+// stateCollector reports, at each scrape, ticket server health, the cache's segments and whether the
+// headroom's reading of each server's counters is stale (see remainingCollector for the headroom).
 type stateCollector struct {
-	health    allocator.HealthReporter // may be nil
-	cache     *segmentCache            // may be nil
-	up        *prometheus.Desc
-	fenced    *prometheus.Desc
-	marks     *prometheus.Desc
-	segments  *prometheus.Desc
-	left      *prometheus.Desc
-	size      *prometheus.Desc
-	headroom  func() scrapeHeadroom // IDs left below each namespace's ceiling
-	remaining *prometheus.Desc
-	stale     *prometheus.Desc
+	health   allocator.HealthReporter // may be nil
+	cache    *segmentCache            // may be nil
+	up       *prometheus.Desc
+	fenced   *prometheus.Desc
+	marks    *prometheus.Desc
+	segments *prometheus.Desc
+	left     *prometheus.Desc
+	size     *prometheus.Desc
+	headroom func() scrapeHeadroom // which servers' counters could be read (ticketd_headroom_stale)
+	stale    *prometheus.Desc
 }
 
 func newStateCollector(h allocator.HealthReporter, c *segmentCache, headroom func() scrapeHeadroom) *stateCollector {
 	return &stateCollector{health: h, cache: c, headroom: headroom,
 		stale: prometheus.NewDesc("ticketd_headroom_stale",
 			"1 when the ticket server's counters could not be read at this scrape, 0 when they were: ticketd_namespace_ids_remaining counts it at the counters it was last read at.", []string{"server"}, nil),
-		remaining: prometheus.NewDesc("ticketd_namespace_ids_remaining",
-			"IDs the namespace's ticket servers may still issue at or below its max_id, summed over the servers; a server that cannot be read counts at the counter it was last read at (see ticketd_headroom_stale).", []string{nsLabel}, nil),
 		up: prometheus.NewDesc("ticketd_ticket_server_up", "1 when the ticket server is usable, 0 when it is not.", []string{"server"}, nil),
 		fenced: prometheus.NewDesc("ticketd_ticket_server_fenced",
 			"1 when the ticket server is fenced: its counter is below a peer's water mark (restored from an old backup?); see /readyz, the status page or ticketd doctor.", []string{"server"}, nil),
@@ -384,7 +451,6 @@ func (sc *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.segments
 	ch <- sc.left
 	ch <- sc.size
-	ch <- sc.remaining
 	ch <- sc.stale
 }
 
@@ -421,9 +487,6 @@ func (sc *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if sc.headroom != nil {
 		h := sc.headroom()
-		for name, left := range h.left {
-			ch <- prometheus.MustNewConstMetric(sc.remaining, prometheus.GaugeValue, float64(left), name)
-		}
 		for name, stale := range h.stale {
 			v := 0.0
 			if stale {

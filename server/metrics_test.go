@@ -34,7 +34,7 @@ func TestMetricLabelsAreNotScrapeLabels(t *testing.T) {
 	s.metrics.observeHedge("orders", true)
 	waitIdle(t, s.Server)
 	s.do(t, request{method: "GET", path: "/metrics", token: adminTok}) // the headroom is read at a scrape
-	families, err := s.metrics.Registry().Gather()
+	families, err := s.metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestSeriesPerNamespace(t *testing.T) {
 	}
 	waitIdle(t, s.Server)
 	s.do(t, request{method: "GET", path: "/metrics", token: adminTok}) // the headroom is read at a scrape
-	families, err := s.metrics.Registry().Gather()
+	families, err := s.metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestIdleWindowsAreDropped(t *testing.T) {
 	}
 	body := func() string {
 		var b strings.Builder
-		families, err := m.Registry().Gather()
+		families, err := m.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -196,6 +196,10 @@ func New(cfg Config) (*Server, error) {
 		s.closeCache()
 		return nil, fmt.Errorf("server: metrics: %w (give each Server its own Metrics)", err)
 	}
+	if err := cfg.Metrics.countHeadroom(s.headroomOf); err != nil {
+		s.closeCache()
+		return nil, fmt.Errorf("server: metrics: %w (give each Server its own Metrics)", err)
+	}
 	s.e = s.routes()
 	return s, nil
 }

@@ -8,7 +8,7 @@ import (
 	"html/template"
 	"math"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -146,51 +146,56 @@ func (s *Server) status(ctx context.Context) statusPage {
 	}
 	p.Ready = p.Ready && !p.Draining
 
-	rows := map[string]*namespaceRow{}
-	row := func(name string) *namespaceRow {
-		if r := rows[name]; r != nil {
-			return r
-		}
-		r := &namespaceRow{Name: name}
-		rows[name] = r
-		return r
-	}
+	// Every namespace listed, cached or handed IDs of late has a row; the page shows the first
+	// maxStatusNamespaces by name, and only those are filled in: with tens of thousands of namespaces,
+	// a row each for the others would cost the page megabytes.
 	list, err := s.backend.Namespaces(ctx)
 	if err != nil {
 		p.Problems = append(p.Problems, "could not list the namespaces: "+err.Error())
 	}
-	for _, ns := range list {
-		r := row(ns.Name)
-		r.Known, r.Settings = true, ns
-		r.Headroom = s.headroom.observe(ns, now)
-		for _, st := range ns.Servers {
-			r.Counters = append(r.Counters, counterRow{ServerState: st, Fenced: fenced[st.Server]})
-		}
-	}
+	var views []spaceView
 	if s.cache != nil {
-		for _, v := range s.cache.views() {
-			v := v
-			r := row(v.Namespace)
-			r.Cache, r.CacheFailed = &v, v.LastError != ""
-		}
+		views = s.cache.views()
 	}
-	for name, counts := range s.metrics.recentIDs(now) {
-		row(name).Rate = summarizeRate(counts)
+	rates := s.metrics.recentNames(now)
+	names := make([]string, 0, len(list)+len(views)+len(rates))
+	for _, ns := range list {
+		names = append(names, ns.Name)
 	}
-	names := make([]string, 0, len(rows))
-	for name := range rows {
-		names = append(names, name)
+	for _, v := range views {
+		names = append(names, v.Namespace)
 	}
-	sort.Strings(names)
+	names = append(names, rates...)
+	slices.Sort(names)
+	names = slices.Compact(names)
 	if len(names) > maxStatusNamespaces {
 		p.Hidden = len(names) - maxStatusNamespaces
 		names = names[:maxStatusNamespaces]
 	}
+	rows := make(map[string]*namespaceRow, len(names))
+	for _, name := range names {
+		rows[name] = &namespaceRow{Name: name}
+	}
+	for _, ns := range list {
+		if r := rows[ns.Name]; r != nil {
+			r.Known, r.Settings = true, ns
+			r.Headroom = s.headroom.observe(ns, now)
+			for _, st := range ns.Servers {
+				r.Counters = append(r.Counters, counterRow{ServerState: st, Fenced: fenced[st.Server]})
+			}
+		} else {
+			s.headroom.observe(ns, now) // a sample for the forecast all the same
+		}
+	}
+	for _, v := range views {
+		if r := rows[v.Namespace]; r != nil {
+			r.Cache, r.CacheFailed = &v, v.LastError != ""
+		}
+	}
 	for _, name := range names {
 		r := rows[name]
-		if r.Rate.Bars == nil {
-			r.Rate = summarizeRate([windowSeconds]int64{})
-		}
+		counts, _ := s.metrics.recent(name, now) // zero counts when it was handed none of late
+		r.Rate = summarizeRate(counts)
 		p.Namespaces = append(p.Namespaces, *r)
 	}
 	return p

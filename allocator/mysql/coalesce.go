@@ -85,7 +85,7 @@ func (s *server) next(name string) {
 	g := c.pending[name]
 	delete(c.pending, name)
 	if g == nil {
-		c.inflight[name] = false
+		delete(c.inflight, name) // not set to false: the map would keep every namespace ever leased
 		c.mu.Unlock()
 		return
 	}

@@ -144,6 +144,24 @@ func (s *server) ReadRecord(ctx context.Context, name string) (rowSettings, bool
 // ReadRecords reads every namespace row.
 func (s *server) ReadRecords(ctx context.Context) ([]rowSettings, error) { return s.readRows(ctx) }
 
+// EachRecord calls fn with every namespace row, one at a time (see failover.RecordStreamer): a listing
+// keeps no list of the server's rows.
+func (s *server) EachRecord(ctx context.Context, fn func(rowSettings)) error {
+	rows, err := s.ctl.QueryContext(ctx, "SELECT "+rowColumns+" FROM ticketd_namespaces ORDER BY name, id_offset")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return err
+		}
+		fn(r)
+	}
+	return rows.Err()
+}
+
 // insertRow creates the namespace's row for the settings v unless it exists, with the settings of rec
 // and their times (a row a server missed carries the times of the settings it copies, never newer
 // ones); ok reports whether it was created. The counter starts at the first ID of v's residue at or

@@ -292,7 +292,12 @@ func (p *Store) UpdateNamespace(ctx context.Context, ns allocator.Namespace) (al
 // serverStates reads each server's counter of each namespace, one query per server and namespace.
 func (p *Store) serverStates(ctx context.Context, names []string) map[string][]allocator.ServerState {
 	out := make(map[string][]allocator.ServerState, len(names))
-	for _, s := range p.set.All() {
+	servers := p.set.All()
+	all := make([]allocator.ServerState, 0, len(names)*len(servers)) // one array: a slice of it per name
+	for i, name := range names {
+		out[name] = all[i*len(servers) : i*len(servers) : (i+1)*len(servers)]
+	}
+	for _, s := range servers {
 		h := s.Health()
 		base := allocator.ServerState{Server: s.Name(), Step: h.Step, Offset: h.Offset, Healthy: h.Healthy, Error: h.Error, Replication: h.Replication}
 		var next []int64 // the server's counters of names, read at once; nil when not read

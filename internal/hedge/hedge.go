@@ -25,17 +25,17 @@ const Recovery = 5 * time.Second
 type Delay struct {
 	recent []time.Duration // grows to Window, then a ring
 	n      int             // answers observed in all
-	failed time.Time       // the last failure noted
+	failed int64           // unix nanoseconds of the last failure noted; 0: none
 }
 
 // Fail notes that a request failed at now (or that its answer came through a failover): the answers to
 // requests begun within Recovery of it are not observed.
-func (d *Delay) Fail(now time.Time) { d.failed = now }
+func (d *Delay) Fail(now time.Time) { d.failed = now.UnixNano() }
 
 // Observe records how long the answer to a request begun at start took, unless the request began
 // within Recovery of the last failure.
 func (d *Delay) Observe(start time.Time, took time.Duration) {
-	if !d.failed.IsZero() && start.Sub(d.failed) < Recovery {
+	if d.failed != 0 && start.UnixNano()-d.failed < int64(Recovery) {
 		return
 	}
 	if len(d.recent) < Window {

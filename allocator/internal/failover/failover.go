@@ -70,6 +70,29 @@ type Server[R Record[R]] interface {
 	ReadRecords(ctx context.Context) ([]R, error)
 }
 
+// RecordStreamer is implemented by servers that read their copy of every namespace's settings one at
+// a time: a listing of tens of thousands of namespaces then keeps no list of every row of each server.
+// fn sees every record the server holds when the error is nil, and some of them when it is not.
+type RecordStreamer[R any] interface {
+	EachRecord(ctx context.Context, fn func(R)) error
+}
+
+// eachRecord calls fn with s's copy of every namespace's settings, one at a time where s can
+// (RecordStreamer).
+func eachRecord[S Server[R], R Record[R]](ctx context.Context, s S, fn func(R)) error {
+	if st, ok := any(s).(RecordStreamer[R]); ok {
+		return st.EachRecord(ctx, fn)
+	}
+	recs, err := s.ReadRecords(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		fn(r)
+	}
+	return nil
+}
+
 // Record is one server's copy of a namespace's settings. Servers that missed a change hold older
 // copies; what is in force is their Merge.
 type Record[R any] interface {

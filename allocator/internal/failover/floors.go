@@ -24,16 +24,49 @@ const ThisProcess = "this ticketd process"
 // there by this process or read in a peer's water marks. A lease requires the server's counter to be
 // at or above its floor (a counter below it went back in time: a restored backup, lost data), and the
 // process writes its floors into the peers as their water marks. Floors also count what this process
-// leased there, for the peers to size a repair's margin from. Safe for concurrent use; the zero value
-// is ready.
+// leased there, for the peers to size a repair's margin from. A floor is never dropped. Safe for
+// concurrent use; the zero value is ready.
 type Floors struct {
 	mu   sync.Mutex
-	high map[string]Mark
+	high map[string]floor
+	// names holds the holders and identities of the marks, each once (see floor): a few are shared by
+	// every namespace (this process, each peer, each server's identity). names[0] is "".
+	names []string
+	index map[string]uint32
 	// leasedSince counts, per namespace, the counter units leased here since the pace was last taken.
 	leasedSince map[string]int64
 	paceAt      time.Time
-	// written[peer][ns] is the value last written into that peer's water marks.
-	written map[string]map[string]int64
+	// The value last written into a peer's water marks: for the first peer written to (firstPeer, the
+	// only one of a pair), in the floor itself; for any other, in written[peer][ns].
+	firstPeer string
+	written   map[string]map[string]int64
+}
+
+// floor is one namespace's Mark, its holder and identity as indexes into Floors.names, and the value
+// last written into the first peer's water marks: 24 bytes, where a Mark and a map of what was
+// written, for each namespace, took 40 and another entry.
+type floor struct {
+	value, written   int64
+	holder, identity uint32
+}
+
+// mark is the Mark of a floor. f.mu must be held.
+func (f *Floors) mark(e floor) Mark {
+	return Mark{Value: e.value, Holder: f.names[e.holder], Identity: f.names[e.identity]}
+}
+
+// intern returns the index of s in f.names, adding it when it is new. f.mu must be held.
+func (f *Floors) intern(s string) uint32 {
+	if f.names == nil {
+		f.names, f.index = []string{""}, map[string]uint32{"": 0}
+	}
+	if i, ok := f.index[s]; ok {
+		return i
+	}
+	i := uint32(len(f.names))
+	f.names = append(f.names, s)
+	f.index[s] = i
+	return i
 }
 
 // Observe raises a namespace's floor to m. A mark no higher than the floor leaves it, but gives an
@@ -46,14 +79,15 @@ func (f *Floors) Observe(ns string, m Mark) {
 
 func (f *Floors) observeLocked(ns string, m Mark) {
 	if f.high == nil {
-		f.high = map[string]Mark{}
+		f.high = map[string]floor{}
 	}
 	cur, ok := f.high[ns]
 	switch {
-	case !ok || m.Value > cur.Value:
-		f.high[ns] = m
-	case m.Value == cur.Value && cur.Identity == "" && m.Identity != "":
-		cur.Identity = m.Identity
+	case !ok || m.Value > cur.value:
+		cur.value, cur.holder, cur.identity = m.Value, f.intern(m.Holder), f.intern(m.Identity)
+		f.high[ns] = cur
+	case m.Value == cur.value && cur.identity == 0 && m.Identity != "":
+		cur.identity = f.intern(m.Identity)
 		f.high[ns] = cur
 	}
 }
@@ -74,7 +108,11 @@ func (f *Floors) Leased(ns string, end, span int64, identity string) {
 func (f *Floors) Get(ns string) Mark {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.high[ns]
+	e, ok := f.high[ns]
+	if !ok {
+		return Mark{}
+	}
+	return f.mark(e)
 }
 
 // Snapshot returns every namespace's floor.
@@ -82,8 +120,8 @@ func (f *Floors) Snapshot() map[string]Mark {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make(map[string]Mark, len(f.high))
-	for ns, m := range f.high {
-		out[ns] = m
+	for ns, e := range f.high {
+		out[ns] = f.mark(e)
 	}
 	return out
 }
@@ -118,12 +156,22 @@ func (f *Floors) Pending(peer string) map[string]Mark {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[string]Mark{}
-	for ns, m := range f.high {
-		if f.written[peer][ns] < m.Value {
-			out[ns] = m
+	for ns, e := range f.high {
+		if f.writtenLocked(peer, ns, e) < e.value {
+			out[ns] = f.mark(e)
 		}
 	}
 	return out
+}
+
+// writtenLocked is the value last written into the named peer's water mark of ns, whose floor is e.
+// f.mu must be held.
+func (f *Floors) writtenLocked(peer, ns string, e floor) int64 {
+	w := f.written[peer][ns]
+	if peer == f.firstPeer {
+		w = max(w, e.written)
+	}
+	return w
 }
 
 // Unwrite forgets what the named peer was given: it went back in time (restored, lost its data,
@@ -132,12 +180,29 @@ func (f *Floors) Unwrite(peer string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.written, peer)
+	if peer != f.firstPeer {
+		return
+	}
+	for ns, e := range f.high {
+		if e.written != 0 {
+			e.written = 0
+			f.high[ns] = e
+		}
+	}
 }
 
 // Wrote notes that the named peer now holds v as the namespace's water mark.
 func (f *Floors) Wrote(peer, ns string, v int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.firstPeer == "" {
+		f.firstPeer = peer
+	}
+	if e, ok := f.high[ns]; ok && peer == f.firstPeer {
+		e.written = max(e.written, v)
+		f.high[ns] = e
+		return
+	}
 	if f.written == nil {
 		f.written = map[string]map[string]int64{}
 	}

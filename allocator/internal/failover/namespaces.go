@@ -312,19 +312,16 @@ func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocato
 	}
 	ctx, cancel := set.cfg.Runtime.Timeout(ctx, set.cfg.Timeout)
 	defer cancel()
-	latest := map[string]R{}
+	latest := make(map[string]R, set.knownCount())
 	answered := 0
 	var errs []error
 	for _, s := range set.readable(ctx) {
-		recs, err := s.ReadRecords(ctx)
-		if err != nil {
+		// A server that fails part way leaves the rows it sent merged: each is a copy it held.
+		if err := eachRecord(ctx, s, func(r R) { KeepLatest(latest, r) }); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
 			continue
 		}
 		answered++
-		for _, r := range recs {
-			KeepLatest(latest, r)
-		}
 	}
 	if answered == 0 {
 		return nil, fmt.Errorf("%w: listing namespaces: %w", allocator.ErrUnavailable, set.why(errs))
@@ -333,8 +330,8 @@ func (set *Set[S, R]) Namespaces(ctx context.Context, states States) ([]allocato
 	for _, r := range latest {
 		set.rememberLocked(r)
 	}
-	for _, r := range set.known {
-		KeepLatest(latest, r)
+	for _, e := range set.settings {
+		KeepLatest(latest, e.rec)
 	}
 	set.settingsMu.Unlock()
 	names := make([]string, 0, len(latest))
@@ -377,8 +374,9 @@ const slowSettings = 50 * time.Millisecond
 func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	now := set.cfg.Now()
 	set.settingsMu.Lock()
-	c, ok := set.settings[name]
-	if ok && now.Sub(c.fetched) < set.cfg.SettingsTTL {
+	c := set.settings[name]
+	age, ok := c.cached(now)
+	if ok && age >= 0 && age < set.cfg.SettingsTTL { // a copy from the future (the clock went back) is old
 		set.settingsMu.Unlock()
 		return c.rec, nil
 	}
@@ -411,7 +409,7 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 	select {
 	case <-done:
 		set.settingsMu.Lock()
-		if n, ok := set.settings[name]; ok {
+		if n := set.settings[name]; n.fetched != 0 {
 			c = n
 		}
 		set.settingsMu.Unlock()
@@ -425,16 +423,11 @@ func (set *Set[S, R]) Settings(ctx context.Context, name string) (R, error) {
 // renews every cached copy as read at now (merged with what this process knows, as Latest does). When
 // no server answers, the cached copies stay as they are, expired: the next lease asks again.
 func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
-	latest := map[string]R{}
+	latest := make(map[string]R, set.knownCount())
 	answered := 0
 	for _, s := range set.readable(ctx) {
-		recs, err := s.ReadRecords(ctx)
-		if err != nil {
-			continue
-		}
-		answered++
-		for _, r := range recs {
-			KeepLatest(latest, r)
+		if eachRecord(ctx, s, func(r R) { KeepLatest(latest, r) }) == nil {
+			answered++
 		}
 	}
 	if answered == 0 {
@@ -443,12 +436,13 @@ func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
 	set.settingsMu.Lock()
 	defer set.settingsMu.Unlock()
 	for name, c := range set.settings {
+		if c.fetched == 0 {
+			continue // not cached for leases
+		}
 		if r, ok := latest[name]; ok {
 			c.rec = set.rememberLocked(r)
-		} else if k, ok := set.known[name]; ok {
-			c.rec = k // the servers that answered missed it (or lost it); this process knows it
-		}
-		c.fetched = now
+		} // else the servers that answered missed it (or lost it); this process knows it
+		c.fetched = now.UnixNano()
 		set.settings[name] = c
 	}
 }
@@ -459,9 +453,9 @@ func (set *Set[S, R]) refresh(ctx context.Context, name string, now time.Time) (
 	rec, err := set.Latest(ctx, name)
 	if err != nil {
 		set.settingsMu.Lock()
-		c, ok := set.settings[name]
+		c := set.settings[name]
 		set.settingsMu.Unlock()
-		if ok && !errors.Is(err, allocator.ErrNotFound) {
+		if c.fetched != 0 && !errors.Is(err, allocator.ErrNotFound) {
 			return c.rec, nil // servers unreachable: the last known settings are good enough
 		}
 		var zero R
@@ -471,17 +465,24 @@ func (set *Set[S, R]) refresh(ctx context.Context, name string, now time.Time) (
 	return rec, nil
 }
 
-// keep caches rec as a namespace's settings read at now, for leases.
+// keep caches rec as a namespace's settings read at now, for leases (merged with the newest copy
+// known: one remembered meanwhile is newer).
 func (set *Set[S, R]) keep(name string, rec R, now time.Time) {
 	set.settingsMu.Lock()
-	set.settings[name] = cachedSettings[R]{rec: rec, fetched: now}
+	if e, ok := set.settings[name]; ok {
+		rec = Merge(e.rec, rec)
+	}
+	set.settings[name] = settingsEntry[R]{rec: rec, fetched: now.UnixNano()}
 	set.settingsMu.Unlock()
 }
 
-// Forget drops a namespace's cached settings, after a change.
+// Forget drops a namespace's cached settings, after a change; the newest copy stays known.
 func (set *Set[S, R]) Forget(name string) {
 	set.settingsMu.Lock()
-	delete(set.settings, name)
+	if e, ok := set.settings[name]; ok {
+		e.fetched = 0
+		set.settings[name] = e
+	}
 	set.settingsMu.Unlock()
 }
 
@@ -489,15 +490,20 @@ func (set *Set[S, R]) Forget(name string) {
 // cached for leases, and returns it. settingsMu must be held.
 func (set *Set[S, R]) rememberLocked(r R) R {
 	name := r.Namespace().Name
-	if k, ok := set.known[name]; ok {
-		r = Merge(k, r)
+	e, ok := set.settings[name]
+	if ok {
+		r = Merge(e.rec, r)
 	}
-	set.known[name] = r
-	if c, ok := set.settings[name]; ok {
-		c.rec = Merge(c.rec, r)
-		set.settings[name] = c
-	}
+	e.rec = r
+	set.settings[name] = e
 	return r
+}
+
+// knownCount is how many namespaces this process knows the settings of: the size of a listing.
+func (set *Set[S, R]) knownCount() int {
+	set.settingsMu.Lock()
+	defer set.settingsMu.Unlock()
+	return len(set.settings)
 }
 
 // Known returns the newest copy of every namespace's settings this process has read or written, for a
@@ -505,9 +511,9 @@ func (set *Set[S, R]) rememberLocked(r R) R {
 func (set *Set[S, R]) Known() []R {
 	set.settingsMu.Lock()
 	defer set.settingsMu.Unlock()
-	out := make([]R, 0, len(set.known))
-	for _, r := range set.known {
-		out = append(out, r)
+	out := make([]R, 0, len(set.settings))
+	for _, e := range set.settings {
+		out = append(out, e.rec)
 	}
 	return out
 }
@@ -538,8 +544,8 @@ func (set *Set[S, R]) Latest(ctx context.Context, name string) (R, error) {
 	set.settingsMu.Lock()
 	if found {
 		best = set.rememberLocked(best)
-	} else if k, ok := set.known[name]; ok && answered > 0 {
-		best, found = k, true // the servers that answered missed it (or lost it); this process knows it
+	} else if k, ok := set.settings[name]; ok && answered > 0 {
+		best, found = k.rec, true // the servers that answered missed it (or lost it); this process knows it
 	}
 	set.settingsMu.Unlock()
 	switch {

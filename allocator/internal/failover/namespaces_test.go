@@ -97,7 +97,7 @@ func TestUpdateNamespace(t *testing.T) {
 	if got.Start != 1000 || got.BlockSize != 20 || len(seen) != 2 {
 		t.Fatalf("updated %+v with %d changes", got, len(seen))
 	}
-	if _, cached := fx.set.settings["orders"]; cached {
+	if _, cached := fx.set.settings["orders"].cached(fx.clock.Now()); cached {
 		t.Fatal("cached settings survive an update")
 	}
 	c := seen[0]

@@ -22,11 +22,10 @@ type Set[S Server[R], R Record[R]] struct {
 	next    atomic.Uint64 // round-robin cursor
 
 	settingsMu sync.Mutex
-	settings   map[string]cachedSettings[R]
-	// known is the newest copy of each namespace's settings this process has read or written. Unlike
-	// settings it never expires: a server that missed a change while every server holding it is away
-	// still gets it from here (see Known).
-	known map[string]R
+	// settings holds, per namespace, the newest copy of its settings this process has read or written,
+	// and whether and when it was read for leases. A copy is never dropped: a server that missed a
+	// change while every server holding it is away still gets it from here (see Known).
+	settings map[string]settingsEntry[R]
 	// refreshing is closed when the background refresh of the cached settings ends (see Settings); nil
 	// while none runs.
 	refreshing chan struct{}
@@ -39,9 +38,17 @@ type Set[S Server[R], R Record[R]] struct {
 	wg        sync.WaitGroup
 }
 
-type cachedSettings[R any] struct {
+// settingsEntry is what a Set knows of one namespace's settings: the newest copy, and when it was last
+// read for leases (see Settings), in unix nanoseconds; 0 while it is not cached for leases (never read
+// for one, or dropped after a change). One copy serves both: a namespace costs one entry, not two.
+type settingsEntry[R any] struct {
 	rec     R
-	fetched time.Time
+	fetched int64
+}
+
+// cached reports whether the entry is cached for leases, and for how long at now.
+func (e settingsEntry[R]) cached(now time.Time) (age time.Duration, ok bool) {
+	return time.Duration(now.UnixNano() - e.fetched), e.fetched != 0
 }
 
 // NewSet returns an empty Set; add its servers with Add before any other call.
@@ -52,7 +59,7 @@ func NewSet[S Server[R], R Record[R]](cfg Config) *Set[S, R] {
 	cfg.Runtime = cfg.Runtime.WithDefaults()
 	cfg.Now = cfg.Runtime.Now
 	cfg.rotation = &rotation{}
-	set := &Set[S, R]{cfg: cfg, settings: map[string]cachedSettings[R]{}, known: map[string]R{},
+	set := &Set[S, R]{cfg: cfg, settings: map[string]settingsEntry[R]{},
 		done: make(chan struct{})}
 	set.bg, set.stopBG = context.WithCancel(context.Background())
 	set.next.Store(uint64(cfg.Runtime.Float64() * (1 << 32))) // processes started together do not all begin on the same server
