@@ -232,8 +232,8 @@ type segment struct {
 	blk       allocator.Block
 	taken     atomic.Int64 // IDs handed out (may pass blk.Size: the carve that did failed)
 	threshold int64        // taken at which the next segment is fetched
-	staleAt   int64        // unix nanoseconds; 0: never; from then on no block is carved from it
-	activated int64        // unix nanoseconds when it became current; under space.mu
+	staleAt   int64        // monoNanos; 0: never; from then on no block is carved from it
+	activated int64        // monoNanos when it became current; under space.mu
 }
 
 // take carves n IDs, or reports that the segment cannot hold them (it is then used up).
@@ -257,11 +257,11 @@ func (s *segment) takeUpTo(n int64, short bool) (allocator.Block, bool) {
 	}
 }
 
-func (s *segment) fresh(now time.Time) bool { return s.staleAt == 0 || now.UnixNano() < s.staleAt }
+func (s *segment) fresh(now time.Time) bool { return s.staleAt == 0 || monoNanos(now) < s.staleAt }
 
 // servedFor is how long the segment has been current at now.
 func (s *segment) servedFor(now time.Time) time.Duration {
-	return max(0, time.Duration(now.UnixNano()-s.activated))
+	return max(0, time.Duration(monoNanos(now)-s.activated))
 }
 
 func (s *segment) remaining() int64 { return max(0, s.blk.Size-s.taken.Load()) }
@@ -495,7 +495,7 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 		sp.ahead = dropFirst(sp.ahead)
 		sp.hintLocked()
 		if n.fresh(now) {
-			n.activated = now.UnixNano()
+			n.activated = monoNanos(now)
 			sp.cur.Store(n)
 			sp.topUpLocked(now, reqID)
 			sp.mu.Unlock()
@@ -714,7 +714,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 			}
 			next := sp.ahead[0] // the oldest first
 			sp.ahead = dropFirst(sp.ahead)
-			next.activated = now.UnixNano()
+			next.activated = monoNanos(now)
 			sp.cur.Store(next)
 		}
 		sp.depth = sp.depthLocked(*st, seg.blk.Size)
@@ -885,7 +885,7 @@ func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size 
 	if st.LeaseTTL > 0 && !blk.ExpiresAt.IsZero() {
 		// Every block carved from it keeps its expiry; serving only in the first half of the TTL leaves
 		// each client at least half the TTL to use its block.
-		seg.staleAt = blk.ExpiresAt.Add(-st.LeaseTTL / 2).UnixNano()
+		seg.staleAt = monoNanos(blk.ExpiresAt.Add(-st.LeaseTTL / 2))
 		if !seg.fresh(c.now()) {
 			// Serving it would hand out blocks about to expire, and leasing again would loop.
 			return nil, fmt.Errorf("%w: %s leased a segment of %q that expires at %s, within half its TTL; check the clocks",
@@ -1007,4 +1007,17 @@ func (c *segmentCache) views() []spaceView {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
 	return out
+}
+
+// clockBase anchors the instants kept as integers (see monoNanos).
+var clockBase = time.Now()
+
+// monoNanos is t as nanoseconds since clockBase, never 0 (0 means "not set" where these are kept):
+// the difference of two times goes by the monotonic clock when both carry one, as comparing the times
+// themselves would, so a step of the wall clock neither ages nor freshens what is kept.
+func monoNanos(t time.Time) int64 {
+	if d := int64(t.Sub(clockBase)); d != 0 {
+		return d
+	}
+	return 1
 }

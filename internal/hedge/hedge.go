@@ -25,17 +25,17 @@ const Recovery = 5 * time.Second
 type Delay struct {
 	recent []time.Duration // grows to Window, then a ring
 	n      int             // answers observed in all
-	failed int64           // unix nanoseconds of the last failure noted; 0: none
+	failed int64           // monoNanos of the last failure noted; 0: none
 }
 
 // Fail notes that a request failed at now (or that its answer came through a failover): the answers to
 // requests begun within Recovery of it are not observed.
-func (d *Delay) Fail(now time.Time) { d.failed = now.UnixNano() }
+func (d *Delay) Fail(now time.Time) { d.failed = monoNanos(now) }
 
 // Observe records how long the answer to a request begun at start took, unless the request began
 // within Recovery of the last failure.
 func (d *Delay) Observe(start time.Time, took time.Duration) {
-	if d.failed != 0 && start.UnixNano()-d.failed < int64(Recovery) {
+	if d.failed != 0 && monoNanos(start)-d.failed < int64(Recovery) {
 		return
 	}
 	if len(d.recent) < Window {
@@ -58,4 +58,17 @@ func (d *Delay) Get(floor, ceiling, first time.Duration) time.Duration {
 	copy(sorted, d.recent[:n])
 	slices.Sort(sorted)
 	return min(max(sorted[(n*95+99)/100-1], floor), ceiling)
+}
+
+// clockBase anchors the instants kept as integers (see monoNanos).
+var clockBase = time.Now()
+
+// monoNanos is t as nanoseconds since clockBase, never 0 (0 means "not set" where these are kept):
+// the difference of two times goes by the monotonic clock when both carry one, as comparing the times
+// themselves would, so a step of the wall clock neither ages nor freshens what is kept.
+func monoNanos(t time.Time) int64 {
+	if d := int64(t.Sub(clockBase)); d != 0 {
+		return d
+	}
+	return 1
 }

@@ -442,7 +442,7 @@ func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
 		if r, ok := latest[name]; ok {
 			c.rec = set.rememberLocked(r)
 		} // else the servers that answered missed it (or lost it); this process knows it
-		c.fetched = now.UnixNano()
+		c.fetched = monoNanos(now)
 		set.settings[name] = c
 	}
 }
@@ -472,7 +472,7 @@ func (set *Set[S, R]) keep(name string, rec R, now time.Time) {
 	if e, ok := set.settings[name]; ok {
 		rec = Merge(e.rec, rec)
 	}
-	set.settings[name] = settingsEntry[R]{rec: rec, fetched: now.UnixNano()}
+	set.settings[name] = settingsEntry[R]{rec: rec, fetched: monoNanos(now)}
 	set.settingsMu.Unlock()
 }
 
