@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -248,8 +249,9 @@ func PrivateGalera(t testing.TB) []*testservers.MariaDB {
 }
 
 // WaitClusterSize waits, up to a minute, until every running node of a Galera cluster reports n nodes
-// in the cluster: a node killed is evicted only after the cluster's timeouts, and one started again
-// before then may meet a view it cannot join.
+// in the cluster and is Synced: a node killed is evicted only after the cluster's timeouts, one
+// started again before then may meet a view it cannot join, and one that joined still receives its
+// state for a while.
 func WaitClusterSize(t testing.TB, nodes []*testservers.MariaDB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -270,11 +272,22 @@ func clusterSize(nodes []*testservers.MariaDB, n int) bool {
 		if err != nil {
 			return false
 		}
-		var name string
-		var size int
-		err = db.QueryRow("SHOW STATUS LIKE 'wsrep_cluster_size'").Scan(&name, &size)
+		// A node counts once it has joined and caught up (Synced): one that joined is in the
+		// cluster's size while it still receives its state, and may not serve yet.
+		st := map[string]string{}
+		rows, err := db.Query("SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_local_state_comment')")
+		if err == nil {
+			for rows.Next() {
+				var name, value string
+				if err = rows.Scan(&name, &value); err != nil {
+					break
+				}
+				st[name] = value
+			}
+			rows.Close()
+		}
 		db.Close()
-		if err != nil || size != n {
+		if err != nil || st["wsrep_cluster_size"] != strconv.Itoa(n) || st["wsrep_local_state_comment"] != "Synced" {
 			return false
 		}
 	}
