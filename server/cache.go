@@ -964,7 +964,7 @@ func viewOf(role string, seg *segment, now time.Time) segmentView {
 	v := segmentView{Role: role, Block: seg.blk, Taken: min(seg.taken.Load(), seg.blk.Size), Remaining: seg.remaining(),
 		Stale: !seg.fresh(now)}
 	if seg.staleAt != 0 {
-		v.StaleAt = time.Unix(0, seg.staleAt)
+		v.StaleAt = fromMonoNanos(seg.staleAt)
 	}
 	v.Last, _ = seg.blk.Last()
 	if v.Remaining > 0 {
@@ -1021,3 +1021,6 @@ func monoNanos(t time.Time) int64 {
 	}
 	return 1
 }
+
+// fromMonoNanos is the time monoNanos gave n for.
+func fromMonoNanos(n int64) time.Time { return clockBase.Add(time.Duration(n)) }

@@ -545,3 +545,21 @@ func TestCacheRefusesASegmentStaleOnArrival(t *testing.T) {
 		t.Fatalf("%v after %d backend calls", err, f.LeaseCalls())
 	}
 }
+
+// TestCacheViewShowsWhenASegmentGoesStale: the status page's view of a segment says when it stops
+// serving, half its lease's TTL before the block expires.
+func TestCacheViewShowsWhenASegmentGoesStale(t *testing.T) {
+	clk := allocatortest.NewClock()
+	c, _ := newCache(t, clk, allocator.Namespace{BlockSize: 10, LeaseTTL: time.Minute}, CacheConfig{MinSegment: 1000, PrefetchAt: 0.9})
+	blk, _, err := c.lease(context.Background(), "orders", 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := c.views()
+	if len(views) != 1 || len(views[0].Segments) == 0 {
+		t.Fatalf("views %+v, want the namespace's segment", views)
+	}
+	if got, want := views[0].Segments[0].StaleAt, blk.ExpiresAt.Add(-30*time.Second); !got.Equal(want) {
+		t.Fatalf("the segment is shown stale from %v, want %v", got, want)
+	}
+}
