@@ -16,6 +16,7 @@ import (
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/backoff"
 	"github.com/ticketd/ticketd/internal/hedge"
+	"github.com/ticketd/ticketd/internal/mono"
 )
 
 // PreferLeaser is implemented by backends that can lease from a chosen ticket server (*mysql.Store does).
@@ -232,8 +233,8 @@ type segment struct {
 	blk       allocator.Block
 	taken     atomic.Int64 // IDs handed out (may pass blk.Size: the carve that did failed)
 	threshold int64        // taken at which the next segment is fetched
-	staleAt   int64        // monoNanos; 0: never; from then on no block is carved from it
-	activated int64        // monoNanos when it became current; under space.mu
+	staleAt   int64        // mono.Nanos; 0: never; from then on no block is carved from it
+	activated int64        // mono.Nanos when it became current; under space.mu
 }
 
 // take carves n IDs, or reports that the segment cannot hold them (it is then used up).
@@ -257,11 +258,11 @@ func (s *segment) takeUpTo(n int64, short bool) (allocator.Block, bool) {
 	}
 }
 
-func (s *segment) fresh(now time.Time) bool { return s.staleAt == 0 || monoNanos(now) < s.staleAt }
+func (s *segment) fresh(now time.Time) bool { return s.staleAt == 0 || mono.Nanos(now) < s.staleAt }
 
 // servedFor is how long the segment has been current at now.
 func (s *segment) servedFor(now time.Time) time.Duration {
-	return max(0, time.Duration(monoNanos(now)-s.activated))
+	return max(0, time.Duration(mono.Nanos(now)-s.activated))
 }
 
 func (s *segment) remaining() int64 { return max(0, s.blk.Size-s.taken.Load()) }
@@ -495,7 +496,7 @@ func (sp *space) refill(ctx context.Context, seen *segment, reqID string) error 
 		sp.ahead = dropFirst(sp.ahead)
 		sp.hintLocked()
 		if n.fresh(now) {
-			n.activated = monoNanos(now)
+			n.activated = mono.Nanos(now)
 			sp.cur.Store(n)
 			sp.topUpLocked(now, reqID)
 			sp.mu.Unlock()
@@ -714,7 +715,7 @@ func (sp *space) fetch(call *fetchCall, reqID string) {
 			}
 			next := sp.ahead[0] // the oldest first
 			sp.ahead = dropFirst(sp.ahead)
-			next.activated = monoNanos(now)
+			next.activated = mono.Nanos(now)
 			sp.cur.Store(next)
 		}
 		sp.depth = sp.depthLocked(*st, seg.blk.Size)
@@ -885,7 +886,7 @@ func (sp *space) leaseSegment(ctx context.Context, st allocator.Namespace, size 
 	if st.LeaseTTL > 0 && !blk.ExpiresAt.IsZero() {
 		// Every block carved from it keeps its expiry; serving only in the first half of the TTL leaves
 		// each client at least half the TTL to use its block.
-		seg.staleAt = monoNanos(blk.ExpiresAt.Add(-st.LeaseTTL / 2))
+		seg.staleAt = mono.Nanos(blk.ExpiresAt.Add(-st.LeaseTTL / 2))
 		if !seg.fresh(c.now()) {
 			// Serving it would hand out blocks about to expire, and leasing again would loop.
 			return nil, fmt.Errorf("%w: %s leased a segment of %q that expires at %s, within half its TTL; check the clocks",
@@ -903,14 +904,20 @@ type spaceStats struct {
 	SegmentSize int64
 }
 
-func (c *segmentCache) stats() []spaceStats {
-	c.sweep()
+// spaceList returns the namespaces cached now.
+func (c *segmentCache) spaceList() []*space {
 	c.mu.RLock()
+	defer c.mu.RUnlock()
 	spaces := make([]*space, 0, len(c.spaces))
 	for _, sp := range c.spaces {
 		spaces = append(spaces, sp)
 	}
-	c.mu.RUnlock()
+	return spaces
+}
+
+func (c *segmentCache) stats() []spaceStats {
+	c.sweep()
+	spaces := c.spaceList()
 	now := c.now()
 	out := make([]spaceStats, 0, len(spaces))
 	for _, sp := range spaces {
@@ -964,7 +971,7 @@ func viewOf(role string, seg *segment, now time.Time) segmentView {
 	v := segmentView{Role: role, Block: seg.blk, Taken: min(seg.taken.Load(), seg.blk.Size), Remaining: seg.remaining(),
 		Stale: !seg.fresh(now)}
 	if seg.staleAt != 0 {
-		v.StaleAt = fromMonoNanos(seg.staleAt)
+		v.StaleAt = mono.Time(seg.staleAt)
 	}
 	v.Last, _ = seg.blk.Last()
 	if v.Remaining > 0 {
@@ -975,12 +982,7 @@ func viewOf(role string, seg *segment, now time.Time) segmentView {
 
 // views returns every namespace's cache, sorted by name.
 func (c *segmentCache) views() []spaceView {
-	c.mu.RLock()
-	spaces := make([]*space, 0, len(c.spaces))
-	for _, sp := range c.spaces {
-		spaces = append(spaces, sp)
-	}
-	c.mu.RUnlock()
+	spaces := c.spaceList()
 	now := c.now()
 	out := make([]spaceView, 0, len(spaces))
 	for _, sp := range spaces {
@@ -1008,19 +1010,3 @@ func (c *segmentCache) views() []spaceView {
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
 	return out
 }
-
-// clockBase anchors the instants kept as integers (see monoNanos).
-var clockBase = time.Now()
-
-// monoNanos is t as nanoseconds since clockBase, never 0 (0 means "not set" where these are kept):
-// the difference of two times goes by the monotonic clock when both carry one, as comparing the times
-// themselves would, so a step of the wall clock neither ages nor freshens what is kept.
-func monoNanos(t time.Time) int64 {
-	if d := int64(t.Sub(clockBase)); d != 0 {
-		return d
-	}
-	return 1
-}
-
-// fromMonoNanos is the time monoNanos gave n for.
-func fromMonoNanos(n int64) time.Time { return clockBase.Add(time.Duration(n)) }

@@ -193,9 +193,8 @@ func (s *server) verifyLocked(ctx context.Context) error {
 	s.verifiedAt, s.verifiedOK, s.run = start, err == nil, run
 	if err != nil {
 		s.MarkDown(err)
-		return err
 	}
-	return nil
+	return err
 }
 
 // incarnation is what tells one run of a server (from its start to its stop) from the next, as far as

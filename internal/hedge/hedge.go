@@ -60,7 +60,8 @@ func (d *Delay) Get(floor, ceiling, first time.Duration) time.Duration {
 	return min(max(sorted[(n*95+99)/100-1], floor), ceiling)
 }
 
-// clockBase anchors the instants kept as integers (see monoNanos).
+// clockBase anchors the instants kept as integers (see monoNanos): this module's own copy of the
+// server's internal/mono, which a module the SDK shares cannot import.
 var clockBase = time.Now()
 
 // monoNanos is t as nanoseconds since clockBase, never 0 (0 means "not set" where these are kept):

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/internal/mono"
 )
 
 // Change is a namespace change as a Set hands it to each server.
@@ -442,7 +443,7 @@ func (set *Set[S, R]) refreshAll(ctx context.Context, now time.Time) {
 		if r, ok := latest[name]; ok {
 			c.rec = set.rememberLocked(r)
 		} // else the servers that answered missed it (or lost it); this process knows it
-		c.fetched = monoNanos(now)
+		c.fetched = mono.Nanos(now)
 		set.settings[name] = c
 	}
 }
@@ -472,7 +473,7 @@ func (set *Set[S, R]) keep(name string, rec R, now time.Time) {
 	if e, ok := set.settings[name]; ok {
 		rec = Merge(e.rec, rec)
 	}
-	set.settings[name] = settingsEntry[R]{rec: rec, fetched: monoNanos(now)}
+	set.settings[name] = settingsEntry[R]{rec: rec, fetched: mono.Nanos(now)}
 	set.settingsMu.Unlock()
 }
 

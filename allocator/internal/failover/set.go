@@ -10,6 +10,7 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/backoff"
+	"github.com/ticketd/ticketd/internal/mono"
 )
 
 // Set is a backend's ticket servers: S is the backend's server type, R its record of a namespace's
@@ -39,7 +40,7 @@ type Set[S Server[R], R Record[R]] struct {
 }
 
 // settingsEntry is what a Set knows of one namespace's settings: the newest copy, and when it was last
-// read for leases (see Settings), in monoNanos; 0 while it is not cached for leases (never read
+// read for leases (see Settings), in mono.Nanos; 0 while it is not cached for leases (never read
 // for one, or dropped after a change). One copy serves both: a namespace costs one entry, not two.
 type settingsEntry[R any] struct {
 	rec     R
@@ -48,7 +49,7 @@ type settingsEntry[R any] struct {
 
 // cached reports whether the entry is cached for leases, and for how long at now.
 func (e settingsEntry[R]) cached(now time.Time) (age time.Duration, ok bool) {
-	return time.Duration(monoNanos(now) - e.fetched), e.fetched != 0
+	return time.Duration(mono.Nanos(now) - e.fetched), e.fetched != 0
 }
 
 // NewSet returns an empty Set; add its servers with Add before any other call.
@@ -385,17 +386,4 @@ func (set *Set[S, R]) attempt(ctx context.Context, s S, rec R, size int64,
 		s.MarkUp()
 	}
 	return blk, err
-}
-
-// clockBase anchors the instants kept as integers (see monoNanos).
-var clockBase = time.Now()
-
-// monoNanos is t as nanoseconds since clockBase, never 0 (0 means "not set" where these are kept):
-// the difference of two times goes by the monotonic clock when both carry one, as comparing the times
-// themselves would, so a step of the wall clock neither ages nor freshens what is kept.
-func monoNanos(t time.Time) int64 {
-	if d := int64(t.Sub(clockBase)); d != 0 {
-		return d
-	}
-	return 1
 }
