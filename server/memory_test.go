@@ -35,13 +35,7 @@ func TestBytesPerNamespace(t *testing.T) {
 	}
 	defer s.Close()
 	ts := &testServer{Server: s}
-	heap := func() int64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
+	heap := allocatortest.LiveHeap
 	// The first lease and scrape make what every namespace shares (pools, the registry's state).
 	scrape := func() {
 		if w := ts.do(t, request{method: "GET", path: "/metrics", token: adminTok}); w.Code != 200 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ticketd/ticketd/allocator"
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 	"github.com/ticketd/ticketd/internal/testenv"
 )
 
@@ -20,13 +21,7 @@ func TestBytesPerNamespace(t *testing.T) {
 		c.Failover.WatermarkInterval, c.Failover.ProbeInterval = time.Hour, time.Hour // no background work but the test's
 	})
 	ctx := context.Background()
-	heap := func() int64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
+	heap := allocatortest.LiveHeap
 	round := func() {
 		p.guard()
 		if _, err := p.Namespaces(ctx); err != nil {

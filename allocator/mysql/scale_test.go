@@ -9,15 +9,13 @@ import (
 
 	"github.com/ticketd/ticketd/allocator"
 	"github.com/ticketd/ticketd/internal/testenv"
+	"github.com/ticketd/ticketd/internal/testservers"
 )
 
-// TestStatementsDoNotGrowWithNamespaces: on a private pair (no other client), with 300 namespaces each
-// leased from once, a round of water-mark writes and a listing of every namespace with its counters
-// each send each server a fixed number of statements, not one or more per namespace.
-func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
-	pair := testenv.PrivatePair(t)
-	var dsns []string
-	var roots []*sql.DB
+// ticketdPair starts a private pair (no other client) with an empty ticketd database on each server,
+// and returns the pair, the DSNs of the databases and a root connection to each server, for its status.
+func ticketdPair(t *testing.T) (pair [2]*testservers.MariaDB, dsns []string, roots []*sql.DB) {
+	pair = testenv.PrivatePair(t)
 	for _, m := range pair {
 		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
 		dsns = append(dsns, m.DSN("ticketd"))
@@ -29,6 +27,14 @@ func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		roots = append(roots, db)
 	}
+	return pair, dsns, roots
+}
+
+// TestStatementsDoNotGrowWithNamespaces: on a private pair (no other client), with 300 namespaces each
+// leased from once, a round of water-mark writes and a listing of every namespace with its counters
+// each send each server a fixed number of statements, not one or more per namespace.
+func TestStatementsDoNotGrowWithNamespaces(t *testing.T) {
+	_, dsns, roots := ticketdPair(t)
 	p := openStore(t, dsns, func(c *Config) {
 		c.Failover.WatermarkInterval, c.Failover.ProbeInterval = time.Hour, time.Hour // no background work but the test's
 		c.Failover.SettingsTTL = time.Second
@@ -190,19 +196,7 @@ func TestGuardReadsRowsOneAtATime(t *testing.T) {
 // settings are those its last check in full passed on); once A has restarted, the next connection is
 // checked in full again, every row read.
 func TestNewConnectionsReadTheRowsOncePerRun(t *testing.T) {
-	pair := testenv.PrivatePair(t)
-	var dsns []string
-	roots := map[int]*sql.DB{}
-	for i, m := range pair {
-		testenv.Exec(t, m.DSN(""), "CREATE DATABASE ticketd")
-		dsns = append(dsns, m.DSN("ticketd"))
-		db, err := sql.Open("mysql", m.DSN(""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		roots[i] = db
-	}
+	pair, dsns, roots := ticketdPair(t)
 	p := openStore(t, dsns, func(c *Config) {
 		c.Failover.WatermarkInterval, c.Failover.ProbeInterval = time.Hour, time.Hour // no background work but the test's
 	})

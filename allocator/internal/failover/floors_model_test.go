@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/ticketd/ticketd/allocator/allocatortest"
 )
 
 // modelFloors is Floors as it was written first, a Mark and a map of what each peer was given per
@@ -127,12 +129,7 @@ func TestFloorBytes(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("ns%06d", i)
 	}
-	heap := func() uint64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
+	heap := allocatortest.LiveHeap
 	base := heap()
 	var f Floors
 	for i, ns := range names {
